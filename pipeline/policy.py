@@ -1,0 +1,149 @@
+"""The policy: every threshold, route and stage setting, loaded from one TOML file.
+
+`groundstream calibrate` writes policy files; `verify`, the workers and `check()` load
+them (`--policy` / GROUNDSTREAM_POLICY). The shipped default (`pipeline/data/
+default_policy.toml`) was itself produced by `calibrate` and says so in its header.
+Every invalid value raises `PolicyError` naming the setting, so a worker fails at start-up
+rather than on a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pipeline.consistency import ConsistencyConfig
+from pipeline.errors import PolicyError
+from pipeline.judge import JudgeConfig
+from pipeline.routing import RouteConfig
+from pipeline.rules import RulesConfig
+from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
+from pipeline.thresholds import Thresholds
+
+DEFAULT_POLICY_PATH = Path(__file__).parent / "data" / "default_policy.toml"
+_SECTIONS = frozenset(
+    {"policy", "encoder", "thresholds", "switch", "reference", "grounding", "calibration",
+     "routes", "rules", "consistency", "judge"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A validated policy. Build with `parse_policy` / `load_policy`."""
+
+    version: str = "seed"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    on_reject: SwitchAction = SwitchAction.FALLBACK
+    encoder_model: str | None = None
+    reference: tuple[float, ...] | None = None
+    grounding: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    routes: Mapping[str, RouteConfig] = field(
+        default_factory=lambda: MappingProxyType({"default": RouteConfig()})
+    )
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    calibration: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = "<built-in>"
+    sha256: str = ""
+
+    def switch(self, route: RouteConfig | None = None) -> GroundingSwitch:
+        """The switch for a route: the policy's thresholds, the route's on_reject."""
+        on_reject = route.on_reject if route is not None else self.on_reject
+        return GroundingSwitch.from_thresholds(self.thresholds, on_reject)
+
+    def route(self, name: str) -> RouteConfig:
+        """The named route; an unknown name fails closed to a route in `off` mode."""
+        if name in self.routes:
+            return self.routes[name]
+        from pipeline.routing import Mode
+
+        return RouteConfig(name=name, mode=Mode.OFF)
+
+    def thresholds_dict(self) -> dict[str, float]:
+        t = self.thresholds
+        return {"sgi_strong_pass": t.sgi_strong_pass, "sgi_review": t.sgi_review, "dgi_pass": t.dgi_pass}
+
+
+def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, Mapping):
+        raise PolicyError(name, value, "a table")
+    return value
+
+
+def _number(section: Mapping[str, Any], prefix: str, key: str, default: float) -> float:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolicyError(f"{prefix}.{key}", value, "a number")
+    return float(value)
+
+
+def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: str = "") -> Policy:
+    """Validate a decoded policy document."""
+    for key in data:
+        if key not in _SECTIONS:
+            raise PolicyError(key, "…", f"a known section: {', '.join(sorted(_SECTIONS))}")
+    meta = _section(data, "policy")
+    version = meta.get("version", "unversioned")
+    if not isinstance(version, str) or not version:
+        raise PolicyError("policy.version", version, "a non-empty string")
+    t = _section(data, "thresholds")
+    thresholds = Thresholds(
+        _number(t, "thresholds", "sgi_strong_pass", Thresholds.sgi_strong_pass),
+        _number(t, "thresholds", "sgi_review", Thresholds.sgi_review),
+        _number(t, "thresholds", "dgi_pass", Thresholds.dgi_pass),
+    )
+    on_reject = parse_on_reject(
+        _section(data, "switch").get("on_reject", "fallback"), "switch.on_reject"
+    )
+    encoder = _section(data, "encoder")
+    model = encoder.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise PolicyError("encoder.model", model, "a model directory path or the default id")
+    reference = _section(data, "reference").get("dgi_mu")
+    if reference is not None:
+        if not isinstance(reference, list) or len(reference) < 2 or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in reference
+        ):
+            raise PolicyError("reference.dgi_mu", "…", "a list of numbers (the unit direction μ̂)")
+        reference = tuple(float(x) for x in reference)
+    routes_raw = _section(data, "routes")
+    routes = {
+        name: RouteConfig.from_mapping(name, _section(routes_raw, name))
+        for name in routes_raw
+    } or {"default": RouteConfig()}
+    return Policy(
+        version=version,
+        thresholds=thresholds,
+        on_reject=on_reject,
+        encoder_model=None if model in (None, "sentence-transformers/all-MiniLM-L6-v2") else model,
+        reference=reference,
+        grounding=MappingProxyType(dict(_section(data, "grounding"))),
+        routes=MappingProxyType(routes),
+        rules=RulesConfig.from_mapping(_section(data, "rules")),
+        consistency=ConsistencyConfig.from_mapping(_section(data, "consistency")),
+        judge=JudgeConfig.from_mapping(_section(data, "judge")),
+        calibration=MappingProxyType(dict(_section(data, "calibration"))),
+        source=source,
+        sha256=sha256,
+    )
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Read and validate a policy file (the shipped default when `path` is None)."""
+    file = Path(path) if path else DEFAULT_POLICY_PATH
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise PolicyError("policy file", str(file), f"a readable TOML file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyError("policy file", str(file), f"valid TOML ({exc})") from None
+    return parse_policy(data, source=str(file), sha256=hashlib.sha256(raw).hexdigest())

@@ -1,0 +1,124 @@
+"""Decision records: one per stage per candidate, plus a final `outcome` record.
+
+Records are hash-chained per candidate: each carries the hash of the candidate's previous
+record (`prev_hash`) and its own `hash` over its canonical JSON, so an auditor replaying
+`decisions` can prove that no record of a candidate's trail was removed or edited
+(`verify_chain`). `sanitize` is the projection untrusted consumers get: no raw text, no
+internal interpretations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+RECORD_SCHEMA_VERSION = 1
+OUTCOME_STAGE = "outcome"
+_VOLATILE = frozenset({"decided_at", "timings", "trace_id", "hash", "prev_hash", "duration_ms"})
+_PRIVATE_EVIDENCE = frozenset(
+    {"interpretations", "competing", "committed", "partial_at_cutoff", "samples", "top_tokens",
+     "spans", "hits", "note"}
+)  # fmt: skip
+
+
+def iso_time(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_record(
+    *,
+    candidate_id: str,
+    session_id: str,
+    turn: int,
+    stage: str,
+    action: str,
+    write_to_state: bool,
+    reason: str,
+    policy_version: str,
+    decided_at: float,
+    mode: str,
+    route: str,
+    prev_hash: str,
+    score: float | None = None,
+    method: str | None = None,
+    level: str | None = None,
+    decided_action: str | None = None,
+    served_action: str | None = None,
+    topic: str | None = None,
+    gate: str | None = None,
+    breaker: Mapping[str, str] | None = None,
+    kill_switch: bool = False,
+    timings: Mapping[str, float] | None = None,
+    trace_id: str | None = None,
+    thresholds: Mapping[str, float] | None = None,
+    evidence: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A complete, hashed decision record. `write_to_state` is forced false off `state`."""
+    record: dict[str, Any] = {
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "candidate_id": candidate_id,
+        "session_id": session_id,
+        "turn": turn,
+        "stage": stage,
+        "action": action,
+        "write_to_state": bool(write_to_state and (topic in (None, "state"))),
+        "reason": reason,
+        "score": score,
+        "method": method,
+        "level": level,
+        "policy_version": policy_version,
+        "decided_at": iso_time(decided_at),
+        "mode": mode,
+        "route": route,
+        "decided_action": decided_action or action,
+        "served_action": served_action or action,
+        "gate": gate,
+        "breaker": dict(breaker or {}),
+        "kill_switch": kill_switch,
+        "timings": dict(timings or {}),
+        "trace_id": trace_id,
+        "thresholds": dict(thresholds or {}),
+        "evidence": dict(evidence or {}),
+        "prev_hash": prev_hash,
+    }
+    if topic is not None:
+        record["topic"] = topic
+    record["hash"] = record_hash(record)
+    return record
+
+
+def verify_chain(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Problems found replaying records in order: edited records or broken links."""
+    last: dict[str, str] = {}
+    problems = []
+    for rec in records:
+        cid = str(rec.get("candidate_id"))
+        if record_hash(rec) != rec.get("hash"):
+            problems.append(f"{cid}/{rec.get('stage')}: hash does not match content")
+        if rec.get("prev_hash", "") != last.get(cid, ""):
+            problems.append(f"{cid}/{rec.get('stage')}: prev_hash does not link to the previous record")
+        last[cid] = str(rec.get("hash"))
+    return problems
+
+
+def sanitize(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The projection for untrusted consumers: no raw text, no internal interpretations."""
+    out = {k: v for k, v in record.items() if k != "evidence"}
+    evidence = record.get("evidence") or {}
+    out["evidence"] = {k: v for k, v in evidence.items() if k not in _PRIVATE_EVIDENCE}
+    return out
+
+
+def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record without its run-dependent fields, for comparing two runs of one input."""
+    return {k: v for k, v in record.items() if k not in _VOLATILE}

@@ -1,0 +1,50 @@
+"""Score records produced by geometry: plain, frozen values that serialise to JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Method = Literal["sgi", "dgi"]
+
+
+@dataclass(frozen=True, slots=True)
+class SGIResult:
+    """Semantic Grounding Index: θ(r, q) / θ(r, c); higher means closer to the source.
+
+    `best_chunk` is the index of the context chunk (or window) that scored best;
+    `windows` counts the windows the context and response were cut into, so a record
+    shows when a text was longer than the encoder's window.
+    """
+
+    value: float
+    theta_rq: float
+    theta_rc: float
+    best_chunk: int
+    n_chunks: int
+    response_windows: int = 1
+    context_windows: int = 1
+    flagged: bool = False
+    flag_reason: str = ""
+    method: Method = "sgi"
+
+    def to_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class DGIResult:
+    """Directional Grounding Index: cos(unit(φ(r) − φ(q)), μ̂); used when there is no context."""
+
+    value: float
+    displacement_norm: float
+    response_windows: int = 1
+    flagged: bool = False
+    flag_reason: str = ""
+    method: Method = "dgi"
+
+    def to_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+GeometryResult = SGIResult | DGIResult

@@ -1,0 +1,156 @@
+"""Routing controls from verification-gated routing (seed 003): routes, modes, deadlines,
+and where a candidate is served once a stage has decided.
+
+Fail-closed posture: an expired deadline, the kill switch or a latched turn can only
+move a candidate *away* from state, never towards it. Pure: time comes in as `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from pipeline.errors import PolicyError
+from pipeline.switch import SwitchAction, parse_on_reject
+
+ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
+"""The exact string a route must carry before `active` mode will start (seed 003)."""
+
+
+class Mode(str, Enum):
+    """How much of the decision is served."""
+
+    OFF = "off"  # no verification; nothing auto-accepted; everything takes the safe path
+    SHADOW = "shadow"  # decide and record, serve the safe path
+    EVALUATE = "evaluate"  # serve the decision, for isolated evaluation
+    ACTIVE = "active"  # serve the decision in production; needs the approval string
+
+
+class Next(str, Enum):
+    """Where a stage sends a candidate. Values equal the logical topic names."""
+
+    SCORED = "scored"
+    CONSISTENCY = "consistency"
+    JUDGE = "judge"
+    RULES = "rules"
+    STATE = "state"
+    FALLBACK = "escalations.fallback"
+    REGENERATE = "escalations.regenerate"
+    REJECT = "escalations.reject"
+    REVIEW = "escalations.review"
+
+    @property
+    def terminal(self) -> bool:
+        return self.value == "state" or self.value.startswith("escalations.")
+
+
+SAFE_PATH = Next.FALLBACK
+"""Where `off` and `shadow` serve every candidate: the caller's own fallback."""
+
+_ACTION_TO_NEXT = {
+    SwitchAction.FALLBACK: Next.FALLBACK,
+    SwitchAction.REGENERATE: Next.REGENERATE,
+    SwitchAction.REJECT: Next.REJECT,
+    SwitchAction.ESCALATE: Next.REVIEW,
+}
+
+
+def on_reject_destination(action: SwitchAction) -> Next:
+    """The escalation topic for a negative verdict; `escalate` there means a person decides."""
+    return _ACTION_TO_NEXT[action]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    """One `[routes.NAME]` table of the policy."""
+
+    name: str = "default"
+    mode: Mode = Mode.EVALUATE
+    active_approval: str = ""
+    deadline_seconds: float | None = None
+    on_reject: SwitchAction = SwitchAction.FALLBACK
+    latch_escalation: bool = False
+    breaker_threshold: int = 5
+    breaker_cooldown_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        prefix = f"routes.{self.name}"
+        if self.mode is Mode.ACTIVE and self.active_approval != ACTIVE_APPROVAL:
+            raise PolicyError(
+                f"{prefix}.active_approval",
+                self.active_approval,
+                f"{ACTIVE_APPROVAL!r} before mode = 'active' may start",
+            )
+        if self.deadline_seconds is not None and not self.deadline_seconds > 0:
+            raise PolicyError(f"{prefix}.deadline_seconds", self.deadline_seconds, "a positive number")
+        if self.breaker_threshold < 1:
+            raise PolicyError(f"{prefix}.breaker_threshold", self.breaker_threshold, "an integer >= 1")
+        if not self.breaker_cooldown_seconds > 0:
+            raise PolicyError(
+                f"{prefix}.breaker_cooldown_seconds", self.breaker_cooldown_seconds, "a positive number"
+            )
+
+    @classmethod
+    def from_mapping(cls, name: str, data: Mapping[str, object]) -> RouteConfig:
+        prefix = f"routes.{name}"
+        known = {
+            "mode", "active_approval", "deadline_seconds", "on_reject", "latch_escalation",
+            "breaker_threshold", "breaker_cooldown_seconds",
+        }  # fmt: skip
+        for key in data:
+            if key not in known:
+                raise PolicyError(f"{prefix}.{key}", data[key], f"one of {', '.join(sorted(known))}")
+        mode_value = data.get("mode", Mode.EVALUATE.value)
+        try:
+            mode = Mode(mode_value)
+        except ValueError:
+            raise PolicyError(
+                f"{prefix}.mode", mode_value, "one of " + ", ".join(m.value for m in Mode)
+            ) from None
+        return cls(
+            name=name,
+            mode=mode,
+            active_approval=_typed(data, prefix, "active_approval", str, ""),
+            deadline_seconds=_number(data, prefix, "deadline_seconds", None),
+            on_reject=parse_on_reject(data.get("on_reject", "fallback"), f"{prefix}.on_reject"),
+            latch_escalation=_typed(data, prefix, "latch_escalation", bool, False),
+            breaker_threshold=_typed(data, prefix, "breaker_threshold", int, 5),
+            breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0) or 30.0,
+        )
+
+
+def _typed(data: Mapping[str, object], prefix: str, key: str, kind: type, default):  # noqa: ANN202
+    value = data.get(key, default)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise PolicyError(f"{prefix}.{key}", value, f"a {kind.__name__}")
+    return value
+
+
+def _number(data: Mapping[str, object], prefix: str, key: str, default: float | None) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolicyError(f"{prefix}.{key}", value, "a number")
+    return float(value)
+
+
+def deadline_for(candidate_deadline: float | None, route: RouteConfig, now: float) -> float | None:
+    """The absolute deadline: the candidate's own, else the route's default from `now`."""
+    if candidate_deadline is not None:
+        return candidate_deadline
+    return None if route.deadline_seconds is None else now + route.deadline_seconds
+
+
+def expired(deadline: float | None, now: float) -> bool:
+    return deadline is not None and now >= deadline
+
+
+def served(mode: Mode, decided: Next) -> Next:
+    """Where a decided destination is actually served under `mode`."""
+    if not decided.terminal:
+        return decided
+    if mode in (Mode.OFF, Mode.SHADOW):
+        return SAFE_PATH
+    return decided

@@ -1,0 +1,45 @@
+"""Topic creation: faust creates only its internal topics, so the source topics of the
+ladder are created here, from `TOPIC_SPECS` and the settings' partitions and replication."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from topics.names import TOPIC_SPECS, TopicSpec
+
+
+async def create_topics(
+    bootstrap_servers: str,
+    prefix: str,
+    partitions: int,
+    replication: int,
+    specs: Iterable[TopicSpec] = TOPIC_SPECS,
+) -> dict[str, str]:
+    """Create every topic that does not exist yet; returns name → 'created' | 'exists'."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(
+                name=spec.topic.full(prefix),
+                num_partitions=spec.fixed_partitions or partitions,
+                replication_factor=replication,
+                topic_configs=spec.kafka_configs(),
+            )
+            for spec in specs
+        ]
+        report = {t.name: "exists" for t in wanted if t.name in existing}
+        missing = [t for t in wanted if t.name not in existing]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass  # a concurrent creator won the race; the topic is there either way
+            report.update({t.name: "created" for t in missing})
+        return report
+    finally:
+        await admin.close()

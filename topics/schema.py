@@ -1,0 +1,275 @@
+"""Message schemas: the candidate a producer sends, and the envelope stages pass on.
+
+Parsing is strict and total: `parse_candidate` / `parse_envelope` either return a frozen
+value or raise `MalformedMessage` with a reason that goes to the dead-letter topic with
+the raw bytes. Nothing here raises anything else on bad input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from topics.codec import dumps, loads
+
+SCHEMA_VERSION = 1
+MAX_ID_CHARS = 256
+DEFAULT_MAX_CANDIDATE_BYTES = 1024 * 1024
+
+
+class MalformedMessage(ValueError):
+    """A message cannot be used; `reason` is short and names the field at fault."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One candidate answer. `id` is the idempotency key, `session_id` the message key."""
+
+    id: str
+    session_id: str
+    question: str
+    response: str
+    turn: int = 0
+    initiator: str = "user"
+    context: str | tuple[str, ...] | None = None
+    samples: tuple[str, ...] | None = None
+    deadline: float | None = None
+    route: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def context_chunks(self) -> tuple[str, ...] | None:
+        if self.context is None:
+            return None
+        return (self.context,) if isinstance(self.context, str) else self.context
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "id": self.id,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "initiator": self.initiator,
+            "question": self.question,
+            "response": self.response,
+        }
+        if self.context is not None:
+            out["context"] = self.context if isinstance(self.context, str) else list(self.context)
+        if self.samples is not None:
+            out["samples"] = list(self.samples)
+        if self.deadline is not None:
+            out["deadline"] = self.deadline
+        if self.route is not None:
+            out["route"] = self.route
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+
+def _text(data: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise MalformedMessage(f"missing field: {name}")
+        return None
+    if not isinstance(value, str):
+        raise MalformedMessage(f"wrong type: {name} must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise MalformedMessage(f"empty field: {name}")
+    return value
+
+
+def _text_list(data: dict[str, Any], name: str) -> tuple[str, ...] | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise MalformedMessage(f"wrong type: {name} must be a list of strings")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise MalformedMessage(f"wrong type: {name}[{i}] must be a string")
+    return tuple(value)
+
+
+def _deadline(value: Any) -> float | None:
+    """Absolute deadline: epoch seconds, or an ISO 8601 time with a zone."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise MalformedMessage("wrong type: deadline must be epoch seconds or ISO 8601")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:
+            raise MalformedMessage("bad value: deadline must be positive epoch seconds")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise MalformedMessage("bad value: deadline is not ISO 8601") from None
+        if parsed.tzinfo is None:
+            raise MalformedMessage("bad value: deadline needs a time zone")
+        return parsed.timestamp()
+    raise MalformedMessage("wrong type: deadline must be epoch seconds or ISO 8601")
+
+
+def candidate_from_dict(data: Any) -> Candidate:
+    """Validate a decoded candidate object."""
+    if not isinstance(data, dict):
+        raise MalformedMessage(f"wrong type: candidate must be a JSON object, not {type(data).__name__}")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise MalformedMessage(f"unsupported schema_version: {version!r}")
+    cid = _text(data, "id")
+    session = _text(data, "session_id")
+    assert cid is not None and session is not None
+    for name, value in (("id", cid), ("session_id", session)):
+        if len(value) > MAX_ID_CHARS:
+            raise MalformedMessage(f"bad value: {name} longer than {MAX_ID_CHARS} characters")
+    turn = data.get("turn", 0)
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+        raise MalformedMessage("wrong type: turn must be a non-negative integer")
+    initiator = data.get("initiator", "user")
+    if initiator not in ("user", "agent"):
+        raise MalformedMessage("bad value: initiator must be 'user' or 'agent'")
+    raw_context = data.get("context")
+    context: str | tuple[str, ...] | None
+    if raw_context is None or isinstance(raw_context, str):
+        context = _text(data, "context", required=False)
+    else:
+        context = _text_list(data, "context")
+        if context is not None and (not context or not all(c.strip() for c in context)):
+            raise MalformedMessage("empty field: context chunks must be non-empty strings")
+    route = _text(data, "route", required=False)
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise MalformedMessage("wrong type: metadata must be an object")
+    return Candidate(
+        id=cid,
+        session_id=session,
+        question=_text(data, "question") or "",
+        response=_text(data, "response") or "",
+        turn=turn,
+        initiator=initiator,
+        context=context,
+        samples=_text_list(data, "samples"),
+        deadline=_deadline(data.get("deadline")),
+        route=route,
+        metadata=metadata,
+    )
+
+
+def parse_candidate(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_CANDIDATE_BYTES) -> Candidate:
+    """Bytes from the candidates topic to a Candidate, or MalformedMessage with the reason."""
+    if raw is None:
+        raise MalformedMessage("empty message: no value")
+    if len(raw) > max_bytes:
+        raise MalformedMessage(f"oversize: {len(raw)} bytes > limit {max_bytes}")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessage(f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        data = loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedMessage(f"not JSON: {exc}") from None
+    return candidate_from_dict(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What travels between stages: the candidate plus everything decided about it so far."""
+
+    candidate: Candidate
+    route: str
+    mode: str
+    deadline: float | None = None
+    geometry: dict[str, Any] | None = None
+    trail: tuple[dict[str, Any], ...] = ()
+    last_hash: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    traceparent: str | None = None
+    human: dict[str, Any] | None = None
+    policy_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "candidate": self.candidate.to_dict(),
+            "route": self.route,
+            "mode": self.mode,
+            "deadline": self.deadline,
+            "geometry": self.geometry,
+            "trail": list(self.trail),
+            "last_hash": self.last_hash,
+            "timings": self.timings,
+            "traceparent": self.traceparent,
+            "human": self.human,
+            "policy_version": self.policy_version,
+        }
+
+    def encode(self) -> bytes:
+        return dumps(self.to_dict())
+
+    def after(self, stage: str, summary: dict[str, Any], record_hash: str, ms: float) -> Envelope:
+        """The envelope once `stage` has decided: trail, hash chain and timings extended."""
+        return replace(
+            self,
+            trail=(*self.trail, {"stage": stage, **summary}),
+            last_hash=record_hash,
+            timings={**self.timings, stage: round(ms, 3)},
+        )
+
+
+def envelope_from_dict(data: Any) -> Envelope:
+    if not isinstance(data, dict):
+        raise MalformedMessage("wrong type: envelope must be a JSON object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise MalformedMessage(f"unsupported schema_version: {data.get('schema_version')!r}")
+    candidate = candidate_from_dict(data.get("candidate"))
+    for name in ("route", "mode"):
+        if not isinstance(data.get(name), str):
+            raise MalformedMessage(f"wrong type: envelope {name} must be a string")
+    trail = data.get("trail", [])
+    if not isinstance(trail, list) or not all(isinstance(t, dict) for t in trail):
+        raise MalformedMessage("wrong type: envelope trail must be a list of objects")
+    geometry = data.get("geometry")
+    if geometry is not None and not isinstance(geometry, dict):
+        raise MalformedMessage("wrong type: envelope geometry must be an object")
+    deadline = data.get("deadline")
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)):
+        raise MalformedMessage("wrong type: envelope deadline must be a number")
+    human = data.get("human")
+    if human is not None and not isinstance(human, dict):
+        raise MalformedMessage("wrong type: envelope human must be an object")
+    return Envelope(
+        candidate=candidate,
+        route=data["route"],
+        mode=data["mode"],
+        deadline=deadline,
+        geometry=geometry,
+        trail=tuple(trail),
+        last_hash=str(data.get("last_hash", "")),
+        timings=dict(data.get("timings") or {}),
+        traceparent=data.get("traceparent"),
+        human=human,
+        policy_version=str(data.get("policy_version", "")),
+    )
+
+
+def parse_envelope(raw: bytes | None) -> Envelope:
+    """Bytes from an inter-stage topic to an Envelope, or MalformedMessage."""
+    if raw is None:
+        raise MalformedMessage("empty message: no value")
+    try:
+        data = loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedMessage(f"not JSON: {exc}") from None
+    return envelope_from_dict(data)

@@ -1,0 +1,91 @@
+"""`groundstream produce` and `consume`: the small tools for trying the Kafka path by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import IO
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from topics.codec import dumps, loads
+from topics.names import MAX_MESSAGE_BYTES
+from workers.settings import Settings
+
+
+def _session_key(line: bytes) -> bytes | None:
+    try:
+        data = loads(line)
+    except ValueError:
+        return None
+    session = data.get("session_id") if isinstance(data, dict) else None
+    return session.encode() if isinstance(session, str) else None
+
+
+async def produce_file(settings: Settings, path: Path, topic: str) -> int:
+    """Send every non-blank line as one message, keyed by its session id when it has one."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, acks="all", max_request_size=MAX_MESSAGE_BYTES
+    )
+    await producer.start()
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        futures = [
+            await producer.send(f"{settings.topic_prefix}{topic}", line, key=_session_key(line))
+            for line in lines
+        ]
+        await asyncio.gather(*futures)
+        return len(lines)
+    finally:
+        await producer.stop()
+
+
+def render(record) -> bytes:  # noqa: ANN001 - aiokafka ConsumerRecord
+    """A message as one JSON line: the value inline when it is JSON, else base64."""
+    try:
+        value = loads(record.value) if record.value is not None else None
+        value_field = {"value": value}
+    except ValueError:
+        value_field = {"value_b64": base64.b64encode(record.value).decode()}
+    return dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": record.key.decode("utf-8", "replace") if record.key else None,
+            "headers": {k: v.decode("utf-8", "replace") for k, v in (record.headers or ())},
+            **value_field,
+        }
+    )
+
+
+async def consume_topic(
+    settings: Settings, topic: str, max_messages: int | None, timeout: float, out: IO[str]
+) -> int:
+    """Read a topic from the beginning (no consumer group) and print JSON lines."""
+    consumer = AIOKafkaConsumer(
+        f"{settings.topic_prefix}{topic}",
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+    )
+    await consumer.start()
+    seen = 0
+    try:
+        while max_messages is None or seen < max_messages:
+            batches = await consumer.getmany(timeout_ms=int(timeout * 1000))
+            if not batches:
+                break
+            for records in batches.values():
+                for record in records:
+                    out.write(render(record).decode() + "\n")
+                    seen += 1
+                    if max_messages is not None and seen >= max_messages:
+                        break
+        out.flush()
+        return seen
+    finally:
+        await consumer.stop()

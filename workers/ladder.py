@@ -1,0 +1,38 @@
+"""The stage table: adding a stage is one adapter module plus one row here. The CLI, the
+embedded runner and the worker entry points all loop over this table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workers.settings import Settings
+from workers.stagekit import Stage
+from workers.stages.geometry import GeometryStage
+from workers.stages.switch import SwitchStage
+
+
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    name: str
+    build: Callable[[Settings], Stage]
+    stateful: bool = False  # keeps per-session state in a changelogged table
+    needs_encoder: bool = False
+
+
+LADDER: tuple[StageRow, ...] = (
+    StageRow("geometry", lambda s: GeometryStage(), needs_encoder=True),
+    StageRow("switch", lambda s: SwitchStage(), stateful=True),
+)
+STAGE_NAMES = tuple(row.name for row in LADDER)
+
+
+def row(name: str) -> StageRow:
+    for r in LADDER:
+        if r.name == name:
+            return r
+    raise KeyError(name)
+
+
+def build_ladder(settings: Settings) -> list[Stage]:
+    return [r.build(settings) for r in LADDER]

@@ -1,0 +1,152 @@
+"""Worker settings from environment variables, validated once at start-up.
+
+Every variable is `GROUNDSTREAM_<NAME>`; a bad value raises `SettingsError` naming the
+variable, so a misconfigured worker stops before it touches a message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PolicyError
+from pipeline.policy import Policy, load_policy
+from topics.names import Topic
+
+PREFIX = "GROUNDSTREAM_"
+
+
+class SettingsError(PolicyError):
+    """An environment variable holds an invalid value."""
+
+
+def _positive_int(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ValueError
+    return n
+
+
+def _positive_float(v: str) -> float:
+    x = float(v)
+    if not x > 0:
+        raise ValueError
+    return x
+
+
+def _port(v: str) -> int:
+    n = int(v)
+    if not 0 < n < 65536:
+        raise ValueError
+    return n
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError
+
+
+def _servers(v: str) -> str:
+    for part in v.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError
+    return v
+
+
+def _url(v: str) -> str:
+    if v and not v.startswith(("http://", "https://")):
+        raise ValueError
+    return v.rstrip("/")
+
+
+_PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "bootstrap_servers": (_servers, "host:port[,host:port…]"),
+    "partitions": (_positive_int, "an integer >= 1"),
+    "replication": (_positive_int, "an integer >= 1"),
+    "batch_size": (_positive_int, "an integer >= 1"),
+    "batch_within": (_positive_float, "seconds > 0"),
+    "max_candidate_bytes": (_positive_int, "bytes >= 1"),
+    "web_port": (_port, "a TCP port"),
+    "web_enabled": (_bool, "true or false"),
+    "log_text": (_bool, "true or false"),
+    "sampler_url": (_url, "an http(s) base URL ending in /v1"),
+    "judge_url": (_url, "an http(s) base URL ending in /v1"),
+    "sampler_timeout": (_positive_float, "seconds > 0"),
+    "judge_timeout": (_positive_float, "seconds > 0"),
+    "control_poll": (_positive_float, "seconds > 0"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated settings of one worker process (or CLI call)."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = ""
+    policy: str = ""
+    default_route: str = "default"
+    partitions: int = 3
+    replication: int = 1
+    batch_size: int = 64
+    batch_within: float = 0.05
+    max_candidate_bytes: int = 1024 * 1024
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    web_enabled: bool = False
+    web_token: str = ""
+    data_dir: str = ".groundstream"
+    sampler_url: str = ""
+    sampler_model: str = ""
+    sampler_timeout: float = 20.0
+    judge_url: str = ""
+    judge_model: str = ""
+    judge_timeout: float = 10.0
+    nli_model: str = ""
+    log_level: str = "info"
+    log_text: bool = False
+    otlp_endpoint: str = ""
+    control_poll: float = 0.5
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = PREFIX + f.name.upper()
+            if name not in env:
+                continue
+            raw = env[name]
+            parser, expected = _PARSERS.get(f.name, (str, "a string"))
+            try:
+                values[f.name] = parser(raw)
+            except ValueError:
+                raise SettingsError(name, raw, expected) from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**values)
+        if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise SettingsError(PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error")
+        return settings
+
+    def topic(self, topic: Topic) -> str:
+        return topic.full(self.topic_prefix)
+
+    def load_policy(self) -> Policy:
+        policy = load_policy(self.policy or None)
+        if self.default_route not in policy.routes:
+            raise SettingsError(
+                PREFIX + "DEFAULT_ROUTE",
+                self.default_route,
+                f"a route of the policy ({', '.join(sorted(policy.routes))})",
+            )
+        return policy
+
+    def data_path(self, *parts: str) -> Path:
+        return Path(self.data_dir).joinpath(*parts)

@@ -1,0 +1,210 @@
+"""What every stage adapter shares: the emit value, the context, and `conclude`.
+
+A stage adapter does its I/O (encoder, HTTP), calls a pure decision from `pipeline/`,
+and hands the verdict to `conclude`, which writes the decision record, applies the
+route's mode (shadow and off serve the safe path), and addresses the envelope to its next
+topic, adding the final `outcome` record when that topic is terminal. The Kafka workers
+and the embedded runner both execute these emits, so both modes decide identically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from pipeline.policy import Policy
+from pipeline.records import OUTCOME_STAGE, make_record
+from pipeline.routing import Mode, Next, RouteConfig, served
+from topics.codec import dumps
+from topics.names import Topic
+from topics.schema import Candidate, Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """One message to send: logical topic, key, encoded value, headers."""
+
+    topic: Topic
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One message as a stage receives it, before decoding."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class ControlState:
+    """Operator controls as this worker last saw them on the control topic."""
+
+    kill_switch: bool = False
+    kill_switch_by: str = ""
+    kill_switch_at: float = 0.0
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may use; built once per worker (or per embedded run)."""
+
+    policy: Policy
+    default_route: str = "default"
+    clock: Callable[[], float] = time.time
+    control: ControlState = field(default_factory=ControlState)
+    sessions: MutableMapping[str, Any] = field(default_factory=dict)
+    services: dict[str, Any] = field(default_factory=dict)
+    max_candidate_bytes: int = 1024 * 1024
+
+    def route_for(self, name: str | None) -> RouteConfig:
+        return self.policy.route(name or self.default_route)
+
+
+class Stage(Protocol):
+    """A stream processor: its name, its source topic, and how it handles a batch."""
+
+    name: str
+    source: Topic
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]: ...
+
+    async def close(self) -> None: ...
+
+
+def key_of(candidate: Candidate) -> bytes:
+    return candidate.session_id.encode("utf-8")
+
+
+def record_emit(record: dict[str, Any], key: bytes) -> Emit:
+    return Emit(Topic.DECISIONS, key, dumps(record))
+
+
+def conclude(
+    ctx: StageContext,
+    env: Envelope,
+    *,
+    stage: str,
+    action: str,
+    reason: str,
+    decided: Next,
+    started: float,
+    score: float | None = None,
+    method: str | None = None,
+    level: str | None = None,
+    evidence: dict[str, Any] | None = None,
+    gate: str | None = None,
+    breaker: dict[str, str] | None = None,
+    thresholds: dict[str, float] | None = None,
+    update: Callable[[Envelope], Envelope] | None = None,
+) -> list[Emit]:
+    """Record `stage`'s verdict and send the envelope on; see the module docstring."""
+    now = ctx.clock()
+    mode = Mode(env.mode)
+    target = served(mode, decided)
+    served_action = action if target is decided else "fallback"
+    if ctx.control.kill_switch and target is Next.STATE:
+        # Defence in depth: the rules stage already holds state writes under the kill switch.
+        target, served_action, gate = Next.REVIEW, "escalate", gate or "kill_switch"
+    ms = (time.perf_counter() - started) * 1000.0
+    common = {
+        "candidate_id": env.candidate.id,
+        "session_id": env.candidate.session_id,
+        "turn": env.candidate.turn,
+        "policy_version": env.policy_version or ctx.policy.version,
+        "mode": env.mode,
+        "route": env.route,
+        "kill_switch": ctx.control.kill_switch,
+        "trace_id": _trace_id(env.traceparent),
+    }
+    timings = {**env.timings, stage: round(ms, 3)}
+    record = make_record(
+        **common,
+        stage=stage,
+        action=action,
+        write_to_state=decided is Next.STATE and target is Next.STATE,
+        reason=reason,
+        decided_at=now,
+        prev_hash=env.last_hash,
+        score=score,
+        method=method,
+        level=level,
+        decided_action=action,
+        served_action=served_action,
+        gate=gate,
+        breaker=breaker,
+        timings=timings,
+        thresholds=thresholds,
+        evidence=evidence,
+    )
+    key = key_of(env.candidate)
+    env = env.after(stage, {"action": action, "reason": reason, "served": served_action}, record["hash"], ms)
+    if update is not None:
+        env = update(env)
+    emits = [record_emit(record, key)]
+    if target.terminal:
+        outcome = make_record(
+            **common,
+            stage=OUTCOME_STAGE,
+            action=served_action if target is not Next.STATE else "accept",
+            write_to_state=target is Next.STATE,
+            reason=f"{stage}: {reason}",
+            decided_at=now,
+            prev_hash=record["hash"],
+            decided_action=action,
+            served_action=served_action,
+            topic=target.value,
+            gate=gate,
+            timings=timings,
+        )
+        emits.append(record_emit(outcome, key))
+        env = replace(env, last_hash=outcome["hash"])
+    emits.append(Emit(Topic(target.value), key, env.encode(), _trace_headers(env)))
+    return emits
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    parts = (traceparent or "").split("-")
+    return parts[1] if len(parts) == 4 else None
+
+
+def _trace_headers(env: Envelope) -> tuple[tuple[str, bytes], ...]:
+    return (("traceparent", env.traceparent.encode()),) if env.traceparent else ()
+
+
+def deadletter(item: Inbound, reason: str, stage: str, now: float) -> list[Emit]:
+    """The raw bytes, unchanged, with the reason and origin in headers; plus a record."""
+    headers = (
+        ("gs-reason", reason.encode("utf-8")),
+        ("gs-stage", stage.encode()),
+        ("gs-source-topic", item.topic.encode()),
+        ("gs-source-partition", str(item.partition).encode()),
+        ("gs-source-offset", str(item.offset).encode()),
+    )
+    record = make_record(
+        candidate_id=f"{item.topic}/{item.partition}/{item.offset}",
+        session_id=(item.key or b"").decode("utf-8", "replace"),
+        turn=0,
+        stage=stage,
+        action="deadletter",
+        write_to_state=False,
+        reason=reason,
+        policy_version="",
+        decided_at=now,
+        mode="",
+        route="",
+        prev_hash="",
+        topic=Topic.DEADLETTER.value,
+    )
+    return [
+        Emit(Topic.DEADLETTER, item.key, item.value or b"", headers),
+        record_emit(record, item.key or b""),
+    ]

@@ -1,0 +1,1 @@
+"""Stage adapters: one module per rung of the ladder, each a thin shell over `pipeline/`."""

@@ -1,0 +1,134 @@
+"""Geometry stage: candidates → scored. Validates, scores SGI/DGI in one encoder call per
+batch, and dead-letters what cannot be used. `off`-mode routes skip straight to the safe
+path; an expired deadline goes to review."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from pipeline.check import check
+from pipeline.encoder import load_encoder
+from pipeline.results import DGIResult, SGIResult
+from pipeline.routing import Mode, Next, deadline_for, expired
+from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
+from topics.names import Topic
+from topics.schema import Candidate, Envelope, MalformedMessage, parse_candidate
+from workers.stages.common import expire
+from workers.stagekit import Emit, Inbound, StageContext, conclude, deadletter
+
+
+def stage_encoder(ctx: StageContext) -> Encoder:
+    """The worker's encoder, loaded on first use and kept for the process."""
+    if "encoder" not in ctx.services:
+        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model)
+    return ctx.services["encoder"]
+
+
+def score_candidates(
+    candidates: Sequence[Candidate], encoder: Encoder, reference: np.ndarray | None
+) -> list[SGIResult | DGIResult]:
+    """SGI for candidates with a context, DGI for the others; two encoder calls at most."""
+    with_ctx = [i for i, c in enumerate(candidates) if c.context is not None]
+    without = [i for i, c in enumerate(candidates) if c.context is None]
+    out: list[Any] = [None] * len(candidates)
+    sgi = compute_sgi_batch(
+        [(candidates[i].question, candidates[i].context_chunks, candidates[i].response) for i in with_ctx],
+        encoder,
+    )
+    for i, result in zip(with_ctx, sgi, strict=True):
+        out[i] = result
+    if without:
+        if reference is None:
+            for i in without:
+                out[i] = DGIResult(0.0, 0.0, 1, True, "no reference direction in the policy")
+        else:
+            dgi = compute_dgi_batch(
+                [(candidates[i].question, candidates[i].response) for i in without], encoder, reference
+            )
+            for i, result in zip(without, dgi, strict=True):
+                out[i] = result
+    return out
+
+
+class GeometryStage:
+    name = "geometry"
+    source = Topic.CANDIDATES
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        now = ctx.clock()
+        emits: list[Emit] = []
+        ready: list[tuple[Envelope, float]] = []
+        for item in batch:
+            started = time.perf_counter()
+            try:
+                candidate = parse_candidate(item.value, max_bytes=ctx.max_candidate_bytes)
+            except MalformedMessage as exc:
+                emits += deadletter(item, exc.reason, self.name, now)
+                continue
+            route = ctx.route_for(candidate.route)
+            env = Envelope(
+                candidate=candidate,
+                route=route.name,
+                mode=route.mode.value,
+                deadline=deadline_for(candidate.deadline, route, now),
+                traceparent=_header(item, "traceparent"),
+                policy_version=ctx.policy.version,
+            )
+            if route.mode is Mode.OFF:
+                emits += conclude(
+                    ctx, env, stage=self.name, action="skip", started=started,
+                    reason="mode off: no verification, nothing is auto-accepted",
+                    decided=Next.FALLBACK,
+                )  # fmt: skip
+            elif expired(env.deadline, now):
+                emits += expire(self.name, env, ctx)
+            else:
+                ready.append((env, started))
+        if not ready:
+            return emits
+        reference = None if ctx.policy.reference is None else np.array(ctx.policy.reference)
+        encoder = stage_encoder(ctx)
+        # The encoder call runs in a thread so the consumer keeps heartbeating meanwhile.
+        results = await asyncio.to_thread(
+            score_candidates, [env.candidate for env, _ in ready], encoder, reference
+        )
+        thresholds = ctx.policy.thresholds_dict()
+        for (env, started), result in zip(ready, results, strict=True):
+            verdict = check(result, ctx.policy.thresholds)
+            geometry = result.to_dict()
+            emits += conclude(
+                ctx,
+                env,
+                stage=self.name,
+                action="scored",
+                reason=verdict.render(),
+                decided=Next.SCORED,
+                started=started,
+                score=result.value,
+                method=result.method,
+                level=verdict.level.value,
+                evidence={"geometry": geometry, "encoder": getattr(encoder, "model_id", "custom")},
+                thresholds=thresholds,
+                update=lambda e, g=geometry: _with_geometry(e, g),
+            )
+        return emits
+
+    async def close(self) -> None:
+        return None
+
+
+def _with_geometry(env: Envelope, geometry: dict[str, Any]) -> Envelope:
+    return replace(env, geometry=geometry)
+
+
+def _header(item: Inbound, name: str) -> str | None:
+    for key, value in item.headers:
+        if key == name:
+            return value.decode("ascii", "replace")
+    return None

@@ -1,0 +1,78 @@
+"""Switch stage: scored → rules (accept) | consistency (escalate) | escalations.<on_reject>.
+
+Also the session gate: a step of a latched turn is held for review (`turn_latched`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pipeline.results import DGIResult, SGIResult
+from pipeline.routing import Next, on_reject_destination
+from pipeline.sessions import SessionState, enter, leave
+from pipeline.switch import SwitchAction
+from topics.names import Topic
+from topics.schema import Envelope
+from workers.stages.common import open_envelopes
+from workers.stagekit import Emit, Inbound, StageContext, conclude
+
+_NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
+
+
+def geometry_result(env: Envelope) -> SGIResult | DGIResult | None:
+    g = env.geometry or {}
+    try:
+        return SGIResult(**g) if g.get("method") == "sgi" else DGIResult(**g)
+    except TypeError:
+        return None
+
+
+class SwitchStage:
+    name = "switch"
+    source = Topic.SCORED
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        for env in envelopes:
+            emits += self.decide(env, ctx)
+        return emits
+
+    def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+        started = time.perf_counter()
+        route = ctx.route_for(env.route)
+        c = env.candidate
+        held, session = enter(SessionState.from_dict(ctx.sessions.get(c.session_id)), c.initiator, c.turn, route)
+        if held:
+            ctx.sessions[c.session_id] = session.to_dict()
+            return conclude(
+                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
+                reason="turn_latched: an earlier step of this turn escalated", gate="turn_latched",
+            )  # fmt: skip
+        result = geometry_result(env)
+        if result is None:
+            ctx.sessions[c.session_id] = leave(session, True, c.turn).to_dict()
+            return conclude(
+                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.CONSISTENCY,
+                reason="no usable geometry on the envelope",
+            )  # fmt: skip
+        decision = ctx.policy.switch(route).decide(result)
+        escalated = decision.action is not SwitchAction.ACCEPT
+        ctx.sessions[c.session_id] = leave(session, escalated, c.turn).to_dict()
+        decided = _NEXT.get(decision.action) or on_reject_destination(decision.action)
+        return conclude(
+            ctx,
+            env,
+            stage=self.name,
+            action=decision.action.value,
+            reason=decision.reason,
+            decided=decided,
+            started=started,
+            score=decision.score,
+            method=decision.method,
+            level=decision.level,
+            evidence={"check": decision.check.render()},
+            thresholds=ctx.policy.thresholds_dict(),
+        )
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,64 @@
+"""`groundstream verify`: the embedded ladder over a JSONL file, records out as JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import IO
+
+from pipeline.policy import Policy
+from topics.codec import dumps
+from workers.embedded import EmbeddedResult, run_embedded
+from workers.ladder import build_ladder
+from workers.settings import Settings
+from workers.stagekit import StageContext
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """Non-blank lines as raw bytes: a bad line is dead-lettered by the ladder, not here."""
+    return [line for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def make_context(settings: Settings, policy: Policy) -> StageContext:
+    return StageContext(
+        policy=policy,
+        default_route=settings.default_route,
+        max_candidate_bytes=settings.max_candidate_bytes,
+    )
+
+
+def run_lines(lines: list[bytes], settings: Settings, policy: Policy, progress: bool) -> EmbeddedResult:
+    stages = build_ladder(settings)
+    ctx = make_context(settings, policy)
+    if not progress:
+        return asyncio.run(run_embedded(lines, stages, ctx, batch_size=settings.batch_size))
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("geometry", total=len(lines))
+
+        def on_batch(stage: str, n: int) -> None:
+            if stage == "geometry":
+                bar.advance(task, n)
+
+        return asyncio.run(
+            run_embedded(lines, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch)
+        )
+
+
+def write_records(records: list[dict], out: IO[bytes]) -> None:
+    for record in records:
+        out.write(dumps(record) + b"\n")
+
+
+def verify_file(path: Path, out_file: Path | None, settings: Settings, policy: Policy) -> Counter[str]:
+    result = run_lines(read_lines(path), settings, policy, progress=sys.stderr.isatty())
+    if out_file is None:
+        write_records(result.records, sys.stdout.buffer)
+        sys.stdout.flush()
+    else:
+        with out_file.open("wb") as out:
+            write_records(result.records, out)
+    return Counter(r["topic"] for r in result.records if "topic" in r)
