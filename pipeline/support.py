@@ -1,0 +1,414 @@
+"""Lexical source support: how much of a response its context backs, word by word.
+
+Why it exists
+    The geometric score (SGI) says whether a response *points towards* its source; it
+    cannot see that a response copied the source's sentence shape but swapped a name or a
+    number. This module answers the narrower, auditable question "which words, numbers and
+    names of the response does the context not contain?". It is used twice: by the
+    ``source_support`` rule in :mod:`pipeline.rules` (stage 4, on every path to ``state``)
+    and as a numeric feature for the calibrated grounding score.
+
+What counts
+    * Tokens are words and numbers found by a regex, with character offsets into the
+      response. Words are lower-cased, lose a possessive ``'s`` and pass through a tiny
+      deterministic suffix stemmer (``files`` ~ ``file``, ``deleted`` ~ ``delete``);
+      dotted abbreviations lose their dots (``U.S.`` ~ ``US``).
+    * *Content words* are words of three letters or more that are neither stop words nor
+      words about the source itself (``META_WORDS``: "based on the provided passage"),
+      plus every number. Content words that also occur in the question are *given*: they need
+      no support and are reported apart (``given_words``), outside the coverage.
+    * A number is supported only when the same numeric value occurs in the context
+      (``1,000`` = ``1000``, ``90`` = ``90.0``, ``19th`` = ``19``; ``seven`` = ``7``;
+      ``1990s`` is its own value). ``one`` is treated as a stop word, not a number: as a
+      pronoun ("one of the ...") it would flag ordinary prose.
+    * A *name* is an acronym or a run of capitalised words that does not begin a sentence
+      or follow a colon (such a word counts only when the next word is capitalised too, as
+      in "New York"); AM/PM are not names. A name is supported when every one of its
+      words occurs in the context (or the question).
+
+Failure posture
+    Pure and total on strings: no model, no clock, no I/O. A context that is not a
+    sequence of strings (including a bare string, which would silently be read as
+    characters) raises :class:`~pipeline.errors.ScoringError`. A response with no content
+    words has coverage 1.0 — it claims nothing the context could contradict; callers that
+    must refuse empty answers check emptiness themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+
+from pipeline.errors import ScoringError
+
+__all__ = ["META_WORDS", "STOP_WORDS", "Span", "SupportReport", "measure_support", "stem"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A piece of the response: ``text == response[start:end]``."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class SupportReport:
+    """How much of a response its context backs.
+
+    ``content_coverage`` is the share of the response's content words (numbers included,
+    question words excluded) that the context contains; 1.0 when there are none.
+    ``n_content`` counts those content words (occurrences), ``n_given`` the content words
+    that the question already supplies. ``sentence_coverage`` holds the same share per
+    response sentence (naive split, in order; 1.0 for a sentence with no content word),
+    ``sentence_spans`` the sentences themselves.
+    """
+
+    content_coverage: float
+    unsupported_words: tuple[Span, ...]
+    unsupported_numbers: tuple[Span, ...]
+    unsupported_names: tuple[Span, ...]
+    n_content: int
+    sentence_coverage: tuple[float, ...]
+    min_sentence_coverage: float
+    given_words: tuple[Span, ...] = ()
+    n_given: int = 0
+    sentence_spans: tuple[Span, ...] = ()
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+# fmt: off
+STOP_WORDS: frozenset[str] = frozenset({
+    "a", "about", "above", "after", "again", "against", "all", "almost", "along", "already",
+    "also", "although", "always", "am", "among", "an", "and", "another", "any", "anybody",
+    "anyone", "anything", "anyway", "anywhere", "are", "aren't", "around", "as", "at", "away",
+    "be", "became", "because", "become", "becomes", "been", "before", "being", "below",
+    "besides", "between", "both", "but", "by", "can", "can't", "cannot", "could", "couldn't",
+    "did", "didn't", "do", "does", "doesn't", "doing", "don't", "done", "down", "during",
+    "each", "either", "else", "enough", "etc", "even", "ever", "every", "everyone",
+    "everything", "few", "for", "from", "further", "get", "gets", "got", "had", "hadn't", "has",
+    "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here",
+    "here's", "hers", "herself", "him", "himself", "his", "how", "how's", "however", "i", "i'd",
+    "i'll", "i'm", "i've", "if", "in", "indeed", "into", "is", "isn't", "it", "it's", "its",
+    "itself", "just", "let", "let's", "may", "maybe", "me", "might", "mine", "more", "most",
+    "much", "must", "mustn't", "my", "myself", "neither", "no", "nobody", "none", "nor", "not",
+    "nothing", "now", "of", "off", "often", "on", "once", "one", "ones", "only", "onto", "or",
+    "other", "others", "otherwise", "ought", "our", "ours", "ourselves", "out", "over", "own",
+    "perhaps", "quite", "rather", "really", "same", "shall", "shan't", "she", "she'd", "she'll",
+    "she's", "should", "shouldn't", "since", "so", "some", "somebody", "someone", "something",
+    "sometimes", "somewhat", "such", "than", "that", "that's", "the", "their", "theirs", "them",
+    "themselves", "then", "there", "there's", "therefore", "these", "they", "they'd", "they'll",
+    "they're", "they've", "this", "those", "though", "through", "thus", "to", "too", "toward",
+    "towards", "under", "until", "unto", "up", "upon", "us", "very", "via", "was", "wasn't",
+    "we", "we'd", "we'll", "we're", "we've", "were", "weren't", "what", "what's", "whatever",
+    "when", "when's", "where", "where's", "whereas", "whether", "which", "while", "who",
+    "who's", "whoever", "whom", "whose", "why", "why's", "will", "with", "within", "without",
+    "won't", "would", "wouldn't", "yes", "yet", "you", "you'd", "you'll", "you're", "you've",
+    "your", "yours", "yourself", "yourselves",
+})
+# fmt: on
+"""Function words that never need support. Checked on the lower-cased surface form."""
+
+# fmt: off
+_NUMBER_WORDS: dict[str, str] = {
+    word: str(value)
+    for value, word in enumerate((
+        "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+        "nineteen", "twenty",
+    ), start=2)
+}
+# fmt: on
+"""Spelled-out small numbers, read as their value (``one`` is a stop word, see above)."""
+
+# fmt: off
+META_WORDS: frozenset[str] = frozenset({
+    "according", "additionally", "answer", "answers", "based", "context", "despite",
+    "document", "furthermore", "given", "including", "information", "mentioned", "moreover",
+    "overall", "particularly", "passage", "provided", "question", "stated", "summary", "text",
+})
+# fmt: on
+"""Words an answer uses to talk about its source or to link clauses ("based on the provided
+passage", "overall", "additionally"); they state no fact, so they never need support."""
+
+_UNCOUNTED: frozenset[str] = STOP_WORDS | META_WORDS
+
+_NOT_NAMES: frozenset[str] = frozenset({"am", "pm"})
+"""Capitalised or upper-case tokens that are not names (times of day)."""
+
+# fmt: off
+_NAME_CONNECTORS: frozenset[str] = frozenset({
+    "of", "the", "de", "del", "della", "der", "di", "du", "da", "van", "von", "la", "le", "y",
+    "bin", "al",
+})
+# fmt: on
+"""Lower-case words allowed inside a multi-word name ("Bank of America")."""
+
+_MIN_CONTENT_LEN = 3
+"""Words shorter than this never count as content ("an", "TV" as a word — acronyms are
+still names)."""
+
+# ------------------------------------------------------------------------------ tokens
+
+_TOKEN_RE = re.compile(
+    r"(?P<num>(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)"
+    r"(?P<suf>(?:st|nd|rd|th|s)(?![^\W\d_]))?%?"
+    r"|(?P<abbr>(?:[^\W\d_]\.){2,})"
+    r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*['’]?)"
+)
+_SENTENCE_END_RE = re.compile(r"[.!?]+[\"'”’)\]]*\s+|\s*\n\s*")
+_NAME_GAP_RE = re.compile(r"[ \t]+")
+_VOWELS = "aeiouy"
+
+
+class _Kind(StrEnum):
+    WORD = "word"
+    NUMBER = "number"
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    text: str
+    start: int
+    end: int
+    kind: _Kind
+    key: str  # stem for words, canonical value for numbers
+    surface: str  # lower-cased, possessive stripped (stop-word lookup)
+
+
+def _number_key(digits: str, suffix: str) -> str:
+    try:
+        value = Decimal(digits.replace(",", ""))
+    except InvalidOperation:  # pragma: no cover - the regex only yields digits
+        return digits
+    text = format(value.normalize(), "f")
+    return text + "s" if suffix == "s" else text
+
+
+def _surface(word: str) -> str:
+    low = word.lower().replace("’", "'")
+    if low.endswith("'s"):
+        low = low[:-2]
+    return low.rstrip("'")
+
+
+def stem(word: str) -> str:
+    """Lower-case, strip a possessive and light suffixes.
+
+    Deterministic, and inflected forms meet their base: ``files``/``file``,
+    ``deleted``/``delete``, ``cities``/``city``, ``running``/``run``. Stems need not be
+    words (``delet``); they are only compared with each other.
+    """
+    w = _surface(word)
+    # 1. plurals
+    if len(w) > 4 and w.endswith("ies"):
+        w = w[:-3] + "i"
+    elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    # 2. verb endings
+    if len(w) > 4 and w.endswith("ied"):
+        w = w[:-3] + "i"
+    elif len(w) > 5 and w.endswith("ing"):
+        w = w[:-3]
+    elif len(w) > 4 and w.endswith("ed"):
+        w = w[:-2]
+    # 3. silent e, consonant-y and doubled final consonants
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    if len(w) > 2 and w.endswith("y") and w[-2] not in _VOWELS:
+        w = w[:-1] + "i"
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in _VOWELS:
+        w = w[:-1]
+    return w
+
+
+def _tokens(text: str) -> list[_Token]:
+    out: list[_Token] = []
+    for m in _TOKEN_RE.finditer(text):
+        if m.group("num") is not None:
+            key = _number_key(m.group("num"), m.group("suf") or "")
+            out.append(_Token(m.group(0), m.start(), m.end(), _Kind.NUMBER, key, key))
+            continue
+        if m.group("abbr") is not None:  # U.S. ~ US, e.g. ~ eg
+            word = m.group(0).replace(".", "")
+            out.append(_Token(m.group(0), m.start(), m.end(), _Kind.WORD, stem(word), word.lower()))
+            continue
+        word = m.group("word")
+        surface = _surface(word)
+        if surface in _NUMBER_WORDS:
+            value = _NUMBER_WORDS[surface]
+            out.append(_Token(word, m.start(), m.end(), _Kind.NUMBER, value, surface))
+        else:
+            out.append(_Token(word, m.start(), m.end(), _Kind.WORD, stem(word), surface))
+    return out
+
+
+def _is_content(tok: _Token) -> bool:
+    if tok.kind is _Kind.NUMBER:
+        return True
+    return len(tok.surface) >= _MIN_CONTENT_LEN and tok.surface not in _UNCOUNTED
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for m in _SENTENCE_END_RE.finditer(text):
+        body = text[start : m.start()]
+        if body.strip():
+            lead = len(body) - len(body.lstrip())
+            bounds.append((start + lead, m.start() + len(m.group(0).rstrip())))
+        start = m.end()
+    body = text[start:]
+    if body.strip():
+        bounds.append((start + len(body) - len(body.lstrip()), len(text.rstrip())))
+    return bounds
+
+
+# ------------------------------------------------------------------------------- names
+
+
+def _is_capitalised(tok: _Token) -> bool:
+    return tok.kind is _Kind.WORD and tok.text[0].isupper()
+
+
+def _is_acronym(tok: _Token) -> bool:
+    letters = [c for c in tok.text if c.isalpha()]
+    return tok.kind is _Kind.WORD and len(letters) >= 2 and all(c.isupper() for c in letters)
+
+
+def _names(text: str, toks: list[_Token], starts: frozenset[int]) -> list[tuple[int, int]]:
+    """Index ranges [i, j) of name runs in ``toks``; ``starts`` holds sentence-initial indexes."""
+
+    def joined(i: int) -> bool:  # toks[i] and toks[i + 1] separated only by blanks
+        return (
+            i + 1 < len(toks)
+            and i + 1 not in starts
+            and _NAME_GAP_RE.fullmatch(text[toks[i].end : toks[i + 1].start]) is not None
+        )
+
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if (
+            not _is_capitalised(tok)
+            or tok.surface in _NOT_NAMES
+            or (tok.surface in _UNCOUNTED and not _is_acronym(tok))
+        ):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(toks) and joined(j - 1):
+            if _is_capitalised(toks[j]):
+                j += 1
+            elif toks[j].surface in _NAME_CONNECTORS and joined(j) and _is_capitalised(toks[j + 1]):
+                j += 2
+            else:
+                break
+        if i not in starts or j - i > 1 or _is_acronym(tok):
+            runs.append((i, j))
+        i = j
+    return runs
+
+
+# ----------------------------------------------------------------------------- measure
+
+
+def _check_context(context: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(context, str) or not isinstance(context, Sequence):
+        raise ScoringError(
+            f"context must be a sequence of strings (one per chunk), got {type(context).__name__}"
+        )
+    for i, chunk in enumerate(context):
+        if not isinstance(chunk, str):
+            raise ScoringError(f"context[{i}] must be a string, got {type(chunk).__name__}")
+    return tuple(context)
+
+
+def _span(text: str, start: int, end: int) -> Span:
+    return Span(text[start:end], start, end)
+
+
+def measure_support(response: str, context: Sequence[str], question: str = "") -> SupportReport:
+    """Measure which content words, numbers and names of ``response`` ``context`` contains.
+
+    ``context`` is one string per chunk (a bare string is refused). Words of ``question``
+    count as given. Deterministic: the same inputs always give the same report.
+    """
+    if not isinstance(response, str):
+        raise ScoringError(f"response must be a string, got {type(response).__name__}")
+    if not isinstance(question, str):
+        raise ScoringError(f"question must be a string, got {type(question).__name__}")
+    chunks = _check_context(context)
+
+    ctx_words: set[str] = set()
+    ctx_numbers: set[str] = set()
+    for chunk in chunks:
+        for tok in _tokens(chunk):
+            (ctx_numbers if tok.kind is _Kind.NUMBER else ctx_words).add(tok.key)
+    q_words: set[str] = set()
+    q_numbers: set[str] = set()
+    for tok in _tokens(question):
+        (q_numbers if tok.kind is _Kind.NUMBER else q_words).add(tok.key)
+
+    toks = _tokens(response)
+    sentences = _sentences(response)
+    sentence_of: list[int] = []
+    starts: set[int] = set()
+    s = 0
+    for i, tok in enumerate(toks):
+        while s + 1 < len(sentences) and tok.start >= sentences[s + 1][0]:
+            s += 1
+        if not sentence_of or sentence_of[-1] != s or ":" in response[toks[i - 1].end : tok.start]:
+            starts.add(i)  # first word of a sentence, or of what follows a colon
+        sentence_of.append(s)
+
+    per_sentence_total = [0] * len(sentences)
+    per_sentence_ok = [0] * len(sentences)
+    words: list[Span] = []
+    numbers: list[Span] = []
+    given: list[Span] = []
+    for i, tok in enumerate(toks):
+        if not _is_content(tok):
+            continue
+        is_number = tok.kind is _Kind.NUMBER
+        if tok.key in (q_numbers if is_number else q_words):
+            given.append(_span(response, tok.start, tok.end))
+            continue
+        per_sentence_total[sentence_of[i]] += 1
+        if tok.key in (ctx_numbers if is_number else ctx_words):
+            per_sentence_ok[sentence_of[i]] += 1
+        else:
+            (numbers if is_number else words).append(_span(response, tok.start, tok.end))
+
+    known = ctx_words | q_words
+    names: list[Span] = []
+    for i, j in _names(response, toks, frozenset(starts)):
+        keys = [t.key for t in toks[i:j] if t.surface not in _NAME_CONNECTORS]
+        if not all(k in known for k in keys):
+            names.append(_span(response, toks[i].start, toks[j - 1].end))
+
+    n_content = sum(per_sentence_total)
+    n_ok = sum(per_sentence_ok)
+    coverage = n_ok / n_content if n_content else 1.0
+    sentence_cov = tuple(
+        ok / total if total else 1.0
+        for ok, total in zip(per_sentence_ok, per_sentence_total, strict=True)
+    )
+    return SupportReport(
+        content_coverage=coverage,
+        unsupported_words=tuple(words),
+        unsupported_numbers=tuple(numbers),
+        unsupported_names=tuple(names),
+        n_content=n_content,
+        sentence_coverage=sentence_cov,
+        min_sentence_coverage=min(sentence_cov, default=1.0),
+        given_words=tuple(given),
+        n_given=len(given),
+        sentence_spans=tuple(_span(response, a, b) for a, b in sentences),
+    )
