@@ -1,0 +1,398 @@
+"""Async I/O shell for OpenAI-compatible chat endpoints (judge and sampling).
+
+`ChatEndpoint` owns one aiohttp session and one circuit breaker per endpoint. Every
+call runs under an overall ``asyncio.timeout``; the breaker is asked first (an open
+breaker answers ``breaker_open`` at once, without touching the network) and is told the
+outcome afterwards. Request building and reply reading are the pure functions of
+`pipeline.judge` and `pipeline.consistency`; this module only moves bytes.
+
+Failure posture: endpoint failures never raise. Every call returns a `CallResult` whose
+`kind` says what happened (ok, http_error, timeout, transport, breaker_open, malformed);
+the stages turn anything but a scored reply into a fail-closed outcome. Only
+cancellation propagates (after releasing a half-open breaker trial).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import aiohttp
+
+from pipeline.breaker import (
+    CLOSED,
+    BreakerConfig,
+    BreakerState,
+    abandon_trial,
+    allow,
+    is_breaker_failure,
+    on_failure,
+    on_success,
+)
+from pipeline.consistency import BudgetLimit, build_sample_request
+from pipeline.errors import PolicyError
+from pipeline.judge import (
+    JudgeConfig,
+    JudgeReadout,
+    JudgeStatus,
+    build_judge_messages,
+    build_judge_request,
+    has_thinking_switch,
+    read_verdict,
+    strip_thinking_switch,
+)
+
+THINKING_SWITCH_REJECTED = frozenset({400, 422})
+"""Statuses that mean 'this server rejects the thinking switch': retry once without it."""
+
+_THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+class CallKind(StrEnum):
+    """How one HTTP call ended."""
+
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    TRANSPORT = "transport"
+    BREAKER_OPEN = "breaker_open"
+    MALFORMED = "malformed"
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """One call's outcome; `breaker` is the breaker status after the call."""
+
+    kind: CallKind
+    status: int | None
+    body: dict[str, Any] | None
+    duration_ms: float
+    breaker: str
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is CallKind.OK
+
+    def to_dict(self) -> dict[str, object]:
+        """For logs and decision records: everything but the reply body."""
+        return {
+            "kind": self.kind.value,
+            "status": self.status,
+            "duration_ms": round(self.duration_ms, 3),
+            "breaker": self.breaker,
+            "error": self.error,
+        }
+
+
+def failure_kind(result: CallResult) -> str:
+    """The `pipeline.judge.verdict_for_failure` kind for a failed call."""
+    if result.kind is CallKind.HTTP_ERROR and result.status is not None and result.status >= 500:
+        return "http_5xx"
+    return result.kind.value
+
+
+@dataclass(frozen=True, slots=True)
+class SampleResult:
+    """Sampled answers for one question.
+
+    budget_limit: which limit stopped sampling before `requested` samples (or none).
+    failure:      the kind of the endpoint failure that stopped sampling, if one did;
+                  fewer samples than requested with a failure means the sampler was
+                  unavailable, which the caller should treat as such (fail closed).
+    """
+
+    samples: tuple[str, ...]
+    tokens_used: int
+    budget_limit: BudgetLimit
+    calls: tuple[CallResult, ...]
+    requested: int = 0
+    failure: CallKind | None = None
+
+    @property
+    def complete(self) -> bool:
+        return (
+            len(self.samples) >= self.requested
+            and self.budget_limit is BudgetLimit.NONE
+            and self.failure is None
+        )
+
+
+def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
+    """A rough upper estimate of a request's prompt tokens (4 characters a token)."""
+    text = json.dumps(body.get("messages", []), ensure_ascii=False)
+    return max(1, math.ceil(len(text) / 4))
+
+
+class ChatEndpoint:
+    """One OpenAI-compatible endpoint: a shared session, a breaker, and typed calls."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        breaker: BreakerConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        api_key: str | None = None,
+        send_thinking_switch: bool = True,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.rstrip("/").endswith("/v1"):
+            raise PolicyError("llm.base_url", base_url, "an http(s) URL ending in /v1")
+        if not base_url.startswith(("http://", "https://")):
+            raise PolicyError("llm.base_url", base_url, "an http(s) URL ending in /v1")
+        if not isinstance(model, str) or not model.strip():
+            raise PolicyError("llm.model", model, "a non-empty model id")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.breaker_config = breaker if breaker is not None else BreakerConfig()
+        self._clock = clock
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._send_thinking_switch = send_thinking_switch
+        self._state: BreakerState = CLOSED
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        return self._state
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatEndpoint({self.base_url!r}, {self.model!r}, breaker={self._state.status.value})"
+        )
+
+    async def __aenter__(self) -> ChatEndpoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the shared session (a later call opens a new one)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _session_for_call(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None), headers=self._headers
+            )
+        return self._session
+
+    def _result(
+        self,
+        kind: CallKind,
+        status: int | None,
+        body: dict[str, Any] | None,
+        started: float | None,
+        error: str = "",
+    ) -> CallResult:
+        duration = 0.0 if started is None else (time.perf_counter() - started) * 1000.0
+        return CallResult(kind, status, body, duration, self._state.status.value, error)
+
+    async def complete(self, body: Mapping[str, Any], *, timeout: float) -> CallResult:
+        """POST `body` to ``{base_url}/chat/completions`` within `timeout` seconds."""
+        if not isinstance(timeout, int | float) or not timeout > 0 or math.isnan(timeout):
+            return self._result(CallKind.TIMEOUT, None, None, None, "no time left for the call")
+        allowed, self._state = allow(self._state, self.breaker_config, self._clock())
+        if not allowed:
+            return self._result(CallKind.BREAKER_OPEN, None, None, None, "circuit breaker open")
+        started = time.perf_counter()
+        status: int | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                session = self._session_for_call()
+                async with session.post(self.url, json=dict(body)) as response:
+                    status = response.status
+                    raw = await response.read()
+        except TimeoutError:
+            kind, parsed, error = CallKind.TIMEOUT, None, f"no answer within {timeout:.3f}s"
+        except (aiohttp.ClientError, OSError) as exc:
+            kind, parsed, error = CallKind.TRANSPORT, None, f"{type(exc).__name__}: {exc}"[:300]
+        except asyncio.CancelledError:
+            self._state = abandon_trial(self._state)
+            raise
+        else:
+            kind, parsed, error = _classify(status, raw)
+        if is_breaker_failure(status, kind.value):
+            self._state = on_failure(self._state, self.breaker_config, self._clock())
+        else:
+            self._state = on_success(self._state)
+        return self._result(kind, status, parsed, started, error)
+
+    async def judge(
+        self,
+        question: str,
+        context: Sequence[str] | str | None,
+        response: str,
+        config: JudgeConfig | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> tuple[JudgeReadout | None, list[CallResult]]:
+        """One scored verdict. Thinking is switched off; a 400/422 answer to the switch is
+        retried once without it within the same time budget. The readout is None when no
+        reply could be read (see the calls for why)."""
+        config = config if config is not None else JudgeConfig()
+        budget = config.timeout_seconds if timeout is None else min(timeout, config.timeout_seconds)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        messages = build_judge_messages(question, context, response)
+        body = build_judge_request(
+            self.model,
+            messages,
+            top_logprobs=config.top_logprobs,
+            thinking_off=self._send_thinking_switch,
+        )
+        calls = [await self.complete(body, timeout=budget)]
+        first = calls[0]
+        if (
+            first.kind is CallKind.HTTP_ERROR
+            and first.status in THINKING_SWITCH_REJECTED
+            and has_thinking_switch(body)
+        ):
+            retry = strip_thinking_switch(body)
+            calls.append(await self.complete(retry, timeout=deadline - loop.time()))
+        final = calls[-1]
+        if final.kind is CallKind.OK:
+            return read_verdict(final.body), calls
+        if final.kind is CallKind.MALFORMED:
+            return JudgeReadout(JudgeStatus.MALFORMED, detail=final.error), calls
+        return None, calls
+
+    async def sample(
+        self,
+        question: str,
+        context: Sequence[str] | str | None,
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        *,
+        timeout: float,
+        token_budget: int,
+    ) -> SampleResult:
+        """Up to `n` sampled answers within `timeout` seconds and `token_budget` tokens.
+
+        Asks for all `n` in one request; a server that ignores ``n`` (fewer choices come
+        back) is asked again one sample per call. Before each call the worst case (prompt
+        plus ``k * max_tokens``) must fit the token budget, else sampling stops with
+        `max_tokens`; running out of time stops it with `timeout`.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, float(timeout))
+        samples: list[str] = []
+        calls: list[CallResult] = []
+        used = 0
+        limit = BudgetLimit.NONE
+        failure: CallKind | None = None
+        honours_n: bool | None = None
+        prompt_estimate: int | None = None
+        while len(samples) < n:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                limit = BudgetLimit.TIMEOUT
+                break
+            want = n - len(samples) if honours_n is not False else 1
+            probe = build_sample_request(
+                self.model,
+                question,
+                context,
+                n=want,
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
+            if prompt_estimate is None:
+                prompt_estimate = estimate_prompt_tokens(probe)
+            affordable = (token_budget - used - prompt_estimate) // max_tokens
+            if affordable < 1:
+                limit = BudgetLimit.MAX_TOKENS
+                break
+            k = min(want, affordable)
+            body = probe if k == want else {**probe, "n": k}
+            result = await self.complete(body, timeout=remaining)
+            calls.append(result)
+            if result.kind is CallKind.TIMEOUT:
+                limit = BudgetLimit.TIMEOUT
+                break
+            if result.kind is not CallKind.OK:
+                failure = result.kind
+                break
+            read = _read_samples(result.body, max_tokens)
+            if read is None:
+                failure = CallKind.MALFORMED
+                break
+            texts, cost, prompt_tokens = read
+            used += cost
+            if prompt_tokens is not None:
+                prompt_estimate = prompt_tokens
+            samples.extend(texts[: n - len(samples)])
+            if k > 1 and honours_n is None:
+                honours_n = len(texts) >= k
+        return SampleResult(tuple(samples), used, limit, tuple(calls), n, failure)
+
+
+def _classify(status: int | None, raw: bytes) -> tuple[CallKind, dict[str, Any] | None, str]:
+    try:
+        decoded = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        decoded = None
+    parsed = decoded if isinstance(decoded, dict) else None
+    if status is not None and 200 <= status < 300:
+        if parsed is None:
+            return CallKind.MALFORMED, None, f"HTTP {status} with a body that is not a JSON object"
+        return CallKind.OK, parsed, ""
+    message = ""
+    if parsed is not None:
+        err = parsed.get("error")
+        message = str(err.get("message", "")) if isinstance(err, dict) else str(err or "")
+    else:
+        message = raw[:200].decode("utf-8", "replace")
+    return CallKind.HTTP_ERROR, parsed, f"HTTP {status}: {message}"[:300]
+
+
+def _read_samples(body: object, max_tokens: int) -> tuple[list[str], int, int | None] | None:
+    """(texts, tokens spent, prompt tokens) from a completion; None if it has no choices."""
+    if not isinstance(body, dict):
+        return None
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return None
+    ordered = sorted(
+        (c for c in choices if isinstance(c, dict)),
+        key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0,
+    )
+    if not ordered:
+        return None
+    texts = []
+    for choice in ordered:
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        text = content if isinstance(content, str) else ""
+        texts.append(_THINK_BLOCK.sub("", text, count=1))
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    total = _int(usage.get("total_tokens"))
+    if total is not None:
+        cost = total
+    elif completion is not None:
+        cost = completion + (prompt or 0)
+    else:
+        cost = len(texts) * max_tokens + (prompt or 0)  # unknown: assume the worst
+    return texts, cost, prompt
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
