@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from workers.settings import Settings
 from workers.stagekit import Stage
+from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
+from workers.stages.judge import JudgeStage
+from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
 
 
@@ -23,6 +26,9 @@ class StageRow:
 LADDER: tuple[StageRow, ...] = (
     StageRow("geometry", lambda s: GeometryStage(), needs_encoder=True),
     StageRow("switch", lambda s: SwitchStage(), stateful=True),
+    StageRow("consistency", ConsistencyStage, needs_encoder=True),
+    StageRow("judge", JudgeStage),
+    StageRow("rules", lambda s: RulesStage()),
 )
 STAGE_NAMES = tuple(row.name for row in LADDER)
 

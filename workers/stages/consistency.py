@@ -1,0 +1,105 @@
+"""Consistency stage: consistency → rules (committed and the response agrees) | judge.
+
+Samples come with the candidate or are drawn from an OpenAI-compatible sampler; they are
+embedded with the stage's encoder and grouped by meaning (`pipeline.consistency`). Only a
+committed interpretation that the response agrees with moves towards state; unresolved,
+requires-clarification and budget-exceeded decisions go on to the judge. An unavailable
+sampler fails closed the same way (up the ladder, never accepted here)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeline.consistency import BudgetLimit, ConsistencyDecision, decide_consistency
+from pipeline.routing import Next, expired
+from topics.names import Topic
+from topics.schema import Envelope
+from workers.settings import Settings
+from workers.stages.common import expire, open_envelopes
+from workers.stages.endpoints import EndpointPool, time_left
+from workers.stages.geometry import stage_encoder
+from workers.stagekit import Emit, Inbound, StageContext, conclude
+
+
+def similarities(vectors: np.ndarray) -> np.ndarray:
+    """Cosine similarity matrix of row vectors (float64)."""
+    v = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    v = v / np.where(norms == 0, 1.0, norms)
+    return v @ v.T
+
+
+class ConsistencyStage:
+    name = "consistency"
+    source = Topic.CONSISTENCY
+
+    def __init__(self, settings: Settings) -> None:
+        self.pool = EndpointPool(settings.sampler_url, settings.sampler_model)
+        self.timeout = settings.sampler_timeout
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        for result in await asyncio.gather(*(self.decide_one(env, ctx) for env in envelopes)):
+            emits += result
+        return emits
+
+    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+        started = time.perf_counter()
+        c = env.candidate
+        config = ctx.policy.consistency
+        samples = [s for s in (c.samples or ()) if s.strip()]
+        budget = BudgetLimit.NONE
+        evidence: dict = {"sample_source": "candidate" if samples else "none"}
+        breaker = None
+        if not samples and self.pool.configured:
+            route = ctx.route_for(env.route)
+            endpoint = self.pool.for_route(route)
+            drawn = await endpoint.sample(
+                c.question, c.context_chunks, config.n_samples, config.temperature, config.max_tokens,
+                timeout=time_left(env.deadline, ctx.clock(), self.timeout),
+                token_budget=config.token_budget,
+            )  # fmt: skip
+            breaker = {"sampler": endpoint.breaker_state.status.value}
+            evidence.update(
+                sample_source="sampler",
+                tokens_used=drawn.tokens_used,
+                calls=[call.to_dict() for call in drawn.calls],
+            )
+            if expired(env.deadline, ctx.clock()):
+                return expire(self.name, env, ctx)
+            if drawn.failure is not None and len(drawn.samples) < drawn.requested:
+                return conclude(
+                    ctx, env, stage=self.name, action="escalate", started=started,
+                    decided=Next.JUDGE, gate="sampler_unavailable", breaker=breaker,
+                    reason=f"sampler unavailable ({drawn.failure.value}); the judge decides",
+                    evidence=evidence,
+                )  # fmt: skip
+            samples, budget = list(drawn.samples), drawn.budget_limit
+        decision = await asyncio.to_thread(self._decide, env, samples, budget, ctx)
+        evidence.update(decision.to_dict())
+        return conclude(
+            ctx, env, stage=self.name, action=decision.outcome.value, reason=decision.reason,
+            decided=Next.RULES if decision.passes else Next.JUDGE, started=started,
+            score=decision.consistency_score, method="consistency", level=decision.level.value,
+            evidence=evidence, breaker=breaker,
+        )  # fmt: skip
+
+    @staticmethod
+    def _decide(
+        env: Envelope, samples: list[str], budget: BudgetLimit, ctx: StageContext
+    ) -> ConsistencyDecision:
+        if not samples:
+            empty = np.zeros((0,))
+            return decide_consistency(empty, np.zeros((0, 0)), [], ctx.policy.consistency, budget_limit=budget)
+        vectors = stage_encoder(ctx).encode([env.candidate.response, *samples])
+        sim = similarities(vectors)
+        return decide_consistency(
+            sim[0, 1:], sim[1:, 1:], samples, ctx.policy.consistency, budget_limit=budget
+        )
+
+    async def close(self) -> None:
+        await self.pool.close()

@@ -1,0 +1,78 @@
+"""Judge stage: judge → rules (yes) | escalations.<on_reject> (no) | escalations.review.
+
+Reads the verdict from the first token's logprobs. Anything but a clear yes or no —
+no endpoint configured, timeout, 5xx, open breaker, malformed reply, missing logprobs —
+goes to a person. Calls for a batch run concurrently, each inside its candidate's
+deadline, so a slow endpoint never stalls the consumer past the judge timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
+from pipeline.routing import Next, expired, on_reject_destination
+from topics.names import Topic
+from topics.schema import Envelope
+from workers.llm_client import failure_kind
+from workers.settings import Settings
+from workers.stages.common import expire, open_envelopes
+from workers.stages.endpoints import EndpointPool, time_left
+from workers.stagekit import Emit, Inbound, StageContext, conclude
+
+
+class JudgeStage:
+    name = "judge"
+    source = Topic.JUDGE
+
+    def __init__(self, settings: Settings) -> None:
+        self.pool = EndpointPool(settings.judge_url, settings.judge_model)
+        self.timeout = settings.judge_timeout
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        for result in await asyncio.gather(*(self.judge_one(env, ctx) for env in envelopes)):
+            emits += result
+        return emits
+
+    async def judge_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+        started = time.perf_counter()
+        route = ctx.route_for(env.route)
+        c = env.candidate
+        if not self.pool.configured:
+            return conclude(
+                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
+                reason="judge unavailable: no judge endpoint configured", gate="judge_unavailable",
+            )  # fmt: skip
+        endpoint = self.pool.for_route(route)
+        timeout = time_left(env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds))
+        readout, calls = await endpoint.judge(
+            c.question, c.context_chunks, c.response, ctx.policy.judge, timeout=timeout
+        )
+        if expired(env.deadline, ctx.clock()):
+            return expire(self.name, env, ctx)
+        evidence: dict = {"calls": [call.to_dict() for call in calls], "model": self.pool.model}
+        if readout is None:
+            verdict, reason = verdict_for_failure(failure_kind(calls[-1]))
+            score = None
+        else:
+            decision = decide_judge(readout, ctx.policy.judge)
+            verdict, reason, score = decision.verdict, decision.reason, decision.score
+            evidence["readout"] = readout.to_dict()
+        decided = {
+            JudgeVerdict.YES: Next.RULES,
+            JudgeVerdict.NO: on_reject_destination(route.on_reject),
+        }.get(verdict, Next.REVIEW)
+        action = {JudgeVerdict.YES: "accept", JudgeVerdict.NO: route.on_reject.value}.get(
+            verdict, "escalate"
+        )
+        return conclude(
+            ctx, env, stage=self.name, action=action, reason=reason, decided=decided,
+            started=started, score=score, method="judge", level=verdict.value,
+            evidence=evidence, breaker={"judge": endpoint.breaker_state.status.value},
+            gate=None if verdict is not JudgeVerdict.UNSURE else "judge_unsure",
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        await self.pool.close()

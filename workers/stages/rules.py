@@ -1,0 +1,57 @@
+"""Rules stage: rules → state | escalations.review | escalations.reject.
+
+Every path to state passes here. A violation names the rule and the span. The kill switch
+holds every automatic accept for review; a person's accept (from review) overrides
+review-severity hits, which that person has seen, but never a reject-severity rule."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pipeline.routing import Next
+from pipeline.rules import RuleInput, RulesAction, evaluate_rules
+from topics.names import Topic
+from topics.schema import Envelope
+from workers.stages.common import open_envelopes
+from workers.stagekit import Emit, Inbound, StageContext, conclude
+
+
+class RulesStage:
+    name = "rules"
+    source = Topic.RULES
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        for env in envelopes:
+            emits += self.decide(env, ctx)
+        return emits
+
+    def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+        started = time.perf_counter()
+        c = env.candidate
+        verdict = evaluate_rules(
+            RuleInput(c.question, c.context_chunks, c.response, c.metadata), ctx.policy.rules
+        )
+        human = bool(env.human and env.human.get("verdict") == "accept")
+        evidence = {"rules": verdict.to_dict(), "human_override": human}
+        names = sorted({hit.rule for hit in verdict.hits})
+        if verdict.action is RulesAction.REJECT:
+            decided, action, reason = Next.REJECT, "reject", f"rule violation: {', '.join(names)}"
+        elif verdict.action is RulesAction.REVIEW and not human:
+            decided, action, reason = Next.REVIEW, "escalate", f"rule violation: {', '.join(names)}"
+        elif ctx.control.kill_switch and not human:
+            return conclude(
+                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
+                reason="kill switch on: no automatic acceptance", gate="kill_switch", evidence=evidence,
+            )  # fmt: skip
+        else:
+            decided, action = Next.STATE, "accept"
+            reason = "no rule violated" if not names else f"accepted by a person over: {', '.join(names)}"
+        return conclude(
+            ctx, env, stage=self.name, action=action, reason=reason, decided=decided,
+            started=started, method="rules", level=verdict.action.value, evidence=evidence,
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        return None
