@@ -1,0 +1,280 @@
+"""Separation and calibration metrics for labelled scores.
+
+Calibration (`pipeline.calibrate`) and evaluation reports (`workers.report`) measure how
+well a score (SGI, DGI, a grounding probability) tells grounded answers from ungrounded
+ones. Every function here takes plain arrays: ``scores`` (higher means more grounded)
+and ``labels`` (``True`` = grounded = the positive class). Pure numpy; no I/O.
+
+Conventions shared by every function:
+
+* A NaN score (or NaN length or probability) drops that example; it is neither a hit
+  nor a miss.
+* Ties count half: AUROC is the Mann–Whitney U statistic over midranks, so a tied
+  grounded/ungrounded pair contributes 0.5.
+* A cut ``c`` predicts *grounded* for ``score >= c``, as the switch accepts at
+  ``score >= threshold``.
+
+Failure posture: input that cannot be measured (mismatched lengths, one class only,
+nothing left after dropping NaNs) raises `ScoringError`; nothing returns a silent NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ScoringError
+
+__all__ = [
+    "auroc",
+    "expected_calibration_error",
+    "length_bins",
+    "length_matched_auroc",
+    "reliability_bins",
+    "roc_curve",
+    "youden_j",
+    "youden_threshold",
+]
+
+ArrayLike = Sequence[float] | np.ndarray
+LabelLike = Sequence[bool] | np.ndarray
+
+
+def _clean(
+    scores: ArrayLike, labels: LabelLike, *extra: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Return float64 scores, bool labels and extra columns with NaN rows dropped."""
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    y = np.asarray(labels).reshape(-1)
+    cols = [np.asarray(e, dtype=np.float64).reshape(-1) for e in extra]
+    for name, arr in (("labels", y), *((f"column {i + 2}", c) for i, c in enumerate(cols))):
+        if arr.shape[0] != s.shape[0]:
+            raise ScoringError(f"{name} has {arr.shape[0]} entries but scores has {s.shape[0]}")
+    if y.dtype != np.bool_:
+        if not np.all(np.isin(y, (0, 1))):
+            raise ScoringError("labels must be booleans (True = grounded)")
+        y = y.astype(bool)
+    keep = ~np.isnan(s)
+    for c in cols:
+        keep &= ~np.isnan(c)
+    return s[keep], y[keep], [c[keep] for c in cols]
+
+
+def _require_two_classes(y: np.ndarray, what: str) -> tuple[int, int]:
+    """Return (n_pos, n_neg); raise if either class is missing."""
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        missing = "grounded" if n_pos == 0 else "ungrounded"
+        raise ScoringError(f"{what} needs both classes; no {missing} example among {y.size} scored")
+    return n_pos, n_neg
+
+
+def _midranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``values``; tied values share the mean of their ranks."""
+    order = np.argsort(values, kind="mergesort")
+    sorted_vals = values[order]
+    # Boundaries of runs of equal values in sorted order.
+    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
+    ends = np.r_[starts[1:], sorted_vals.size]
+    run_rank = (starts + 1 + ends) / 2.0  # mean of ranks starts+1 .. ends
+    ranks_sorted = np.repeat(run_rank, ends - starts)
+    ranks = np.empty_like(ranks_sorted)
+    ranks[order] = ranks_sorted
+    return ranks
+
+
+def _mann_whitney_u(s: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Return (U, n_pairs): U counts positive-over-negative pairs, ties as 0.5."""
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    ranks = _midranks(s)
+    u = float(ranks[y].sum()) - n_pos * (n_pos + 1) / 2.0
+    return u, n_pos * n_neg
+
+
+def auroc(scores: ArrayLike, labels: LabelLike) -> float:
+    """Area under the ROC curve: P(grounded score > ungrounded score) + 0.5·P(tie).
+
+    Equal to the Mann–Whitney U statistic divided by the number of grounded/ungrounded
+    pairs. 1.0 = perfect separation, 0.5 = no signal, 0.0 = perfectly reversed.
+
+    Raises:
+        ScoringError: mismatched lengths, non-boolean labels, or one class only.
+    """
+    s, y, _ = _clean(scores, labels)
+    _require_two_classes(y, "AUROC")
+    u, pairs = _mann_whitney_u(s, y)
+    return u / pairs
+
+
+def roc_curve(scores: ArrayLike, labels: LabelLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ROC points for every distinct cut, highest cut first.
+
+    Returns ``(fpr, tpr, thresholds)``: at ``thresholds[i]`` the rule
+    ``score >= thresholds[i]`` accepts a share ``tpr[i]`` of grounded and ``fpr[i]`` of
+    ungrounded examples. The first point is ``(0, 0)`` at ``+inf`` (accept nothing); the
+    last is ``(1, 1)`` at the lowest score.
+    """
+    s, y, _ = _clean(scores, labels)
+    n_pos, n_neg = _require_two_classes(y, "ROC curve")
+    order = np.argsort(-s, kind="mergesort")
+    s_desc = s[order]
+    y_desc = y[order]
+    # Last index of each run of equal scores: the cut at that score accepts up to there.
+    last = np.flatnonzero(np.r_[s_desc[1:] != s_desc[:-1], True])
+    tp = np.cumsum(y_desc)[last]
+    fp = (last + 1) - tp
+    tpr = np.r_[0.0, tp / n_pos]
+    fpr = np.r_[0.0, fp / n_neg]
+    thresholds = np.r_[np.inf, s_desc[last]]
+    return fpr, tpr, thresholds
+
+
+def youden_threshold(scores: ArrayLike, labels: LabelLike) -> float:
+    """The cut maximising Youden's J = TPR − FPR, predicting grounded for ``score >= cut``.
+
+    The returned cut sits halfway between the lowest score it accepts and the highest
+    score it rejects, so the fitted data are classified exactly as at the optimal
+    observed score while a new score in the gap is not decided by one example. When
+    several cuts reach the same J the highest one wins (it accepts least). When the
+    optimum accepts everything the cut is the lowest score itself.
+
+    Raises:
+        ScoringError: as `roc_curve`.
+    """
+    fpr, tpr, thresholds = roc_curve(scores, labels)
+    j = tpr[1:] - fpr[1:]  # skip the +inf point: a cut must accept something
+    best = int(np.flatnonzero(j >= j.max() - 1e-12)[0])  # first = highest cut among ties
+    cut = float(thresholds[1 + best])
+    if 2 + best < thresholds.size:
+        below = float(thresholds[2 + best])
+        cut = below + (cut - below) / 2.0
+    return cut
+
+
+def youden_j(scores: ArrayLike, labels: LabelLike) -> float:
+    """The maximum of TPR − FPR over all cuts (0 = no separation, 1 = perfect)."""
+    fpr, tpr, _ = roc_curve(scores, labels)
+    return float(np.max(tpr[1:] - fpr[1:]))
+
+
+def length_matched_auroc(
+    scores: ArrayLike, labels: LabelLike, lengths: ArrayLike, *, n_bins: int = 10
+) -> float:
+    """AUROC compared only within bins of similar response length.
+
+    Removes the length confound of data such as HaluEval QA, where right answers are
+    short and hallucinated ones long: a score that merely tracks length separates such
+    data well overall but not within a length bin.
+
+    Method: cut ``lengths`` at its quantiles into up to ``n_bins`` bins (duplicate edges
+    merge, so heavily tied lengths give fewer bins). In every bin holding both classes,
+    count the Mann–Whitney U (ties 0.5) and the grounded×ungrounded pairs. The result is
+    ΣU / Σpairs: the within-bin AUROCs averaged with weights equal to their pair counts,
+    i.e. the probability that a grounded answer outscores an ungrounded one *of similar
+    length*. Bins with one class only contribute nothing.
+
+    Raises:
+        ScoringError: as `auroc`; ``n_bins < 1``; or no bin holds both classes.
+    """
+    if n_bins < 1:
+        raise ScoringError(f"n_bins must be at least 1, got {n_bins}")
+    s, y, (lens,) = _clean(scores, labels, lengths)
+    _require_two_classes(y, "length-matched AUROC")
+    bins = _quantile_bins(lens, n_bins)
+    total_u = 0.0
+    total_pairs = 0
+    for b in np.unique(bins):
+        in_bin = bins == b
+        yb = y[in_bin]
+        if yb.all() or not yb.any():
+            continue
+        u, pairs = _mann_whitney_u(s[in_bin], yb)
+        total_u += u
+        total_pairs += pairs
+    if total_pairs == 0:
+        raise ScoringError(
+            "length-matched AUROC: no length bin holds both grounded and ungrounded examples"
+        )
+    return total_u / total_pairs
+
+
+def _quantile_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index per value, cutting at the inner quantiles (duplicate edges merged)."""
+    if n_bins == 1 or values.size == 0:
+        return np.zeros(values.size, dtype=np.int64)
+    inner = np.quantile(values, np.linspace(0.0, 1.0, n_bins + 1)[1:-1])
+    edges = np.unique(inner)
+    return np.searchsorted(edges, values, side="right")
+
+
+def length_bins(lengths: ArrayLike, n_bins: int = 10) -> np.ndarray:
+    """Public form of the quantile binning used by `length_matched_auroc`.
+
+    Returns an integer bin index per length (NaN lengths are not allowed here).
+    """
+    lens = np.asarray(lengths, dtype=np.float64).reshape(-1)
+    if np.isnan(lens).any():
+        raise ScoringError("lengths must not contain NaN")
+    if n_bins < 1:
+        raise ScoringError(f"n_bins must be at least 1, got {n_bins}")
+    return _quantile_bins(lens, n_bins)
+
+
+def reliability_bins(probs: ArrayLike, labels: LabelLike, n_bins: int = 10) -> list[dict[str, Any]]:
+    """Reliability table of predicted grounding probabilities.
+
+    Splits ``[0, 1]`` into ``n_bins`` equal-width bins (the last includes 1.0). Each
+    entry holds ``lower``, ``upper``, ``count``, ``mean_predicted`` (mean probability in
+    the bin) and ``observed_frequency`` (share grounded); the two means are ``None`` for
+    an empty bin. Every bin is listed, empty or not, so tables line up across runs.
+
+    Raises:
+        ScoringError: mismatched lengths, ``n_bins < 1``, no usable probability, or a
+            probability outside ``[0, 1]``.
+    """
+    if n_bins < 1:
+        raise ScoringError(f"n_bins must be at least 1, got {n_bins}")
+    p, y, _ = _clean(probs, labels)
+    if p.size == 0:
+        raise ScoringError("reliability table needs at least one probability")
+    if p.min() < 0.0 or p.max() > 1.0:
+        raise ScoringError(
+            f"probabilities must lie in [0, 1]; got range [{p.min():.6g}, {p.max():.6g}]"
+        )
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    idx = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
+    table: list[dict[str, Any]] = []
+    for b in range(n_bins):
+        in_bin = idx == b
+        count = int(in_bin.sum())
+        table.append(
+            {
+                "lower": float(edges[b]),
+                "upper": float(edges[b + 1]),
+                "count": count,
+                "mean_predicted": float(p[in_bin].mean()) if count else None,
+                "observed_frequency": float(y[in_bin].mean()) if count else None,
+            }
+        )
+    return table
+
+
+def expected_calibration_error(probs: ArrayLike, labels: LabelLike, n_bins: int = 10) -> float:
+    """Expected calibration error over the bins of `reliability_bins`.
+
+    ECE = Σ_b (count_b / n) · |observed_frequency_b − mean_predicted_b| over non-empty
+    bins: 0 for a perfectly calibrated probability, at most 1.
+    """
+    table = reliability_bins(probs, labels, n_bins)
+    n = sum(row["count"] for row in table)
+    return float(
+        sum(
+            row["count"] / n * abs(row["observed_frequency"] - row["mean_predicted"])
+            for row in table
+            if row["count"]
+        )
+    )
