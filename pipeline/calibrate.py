@@ -136,7 +136,7 @@ def _rate(mask: np.ndarray) -> float | None:
     return float(mask.mean()) if mask.size else None
 
 
-def _strong_pass(
+def strong_pass_cut(
     scores: np.ndarray, labels: np.ndarray, floor: float, max_accept_error: float
 ) -> tuple[float, bool]:
     """The auto-accept cut (see the module docstring) and whether it accepts nothing."""
@@ -218,7 +218,7 @@ def fit_thresholds_from_scores(
 
     if sgi:
         review = youden_threshold(s_scores, s_labels)
-        strong, nothing = _strong_pass(s_scores, s_labels, review, max_accept_error)
+        strong, nothing = strong_pass_cut(s_scores, s_labels, review, max_accept_error)
         accepted = s_scores >= strong
         rejected = s_scores < review
         metrics.update(

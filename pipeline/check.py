@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
 from pipeline.thresholds import Thresholds
 
@@ -43,11 +44,18 @@ class Check:
         )
 
 
-def check(score: SGIResult | DGIResult | Check, thresholds: Thresholds | None = None) -> Check:
+Score = SGIResult | DGIResult | GroundingScore
+
+
+def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
     """The canonical check of a score under `thresholds` (the seed's cuts by default)."""
     t = thresholds or Thresholds()
     if isinstance(score, Check):
         return score
+    if not isinstance(score, SGIResult | DGIResult | GroundingScore):
+        raise TypeError(
+            f"check() takes SGIResult, DGIResult, GroundingScore or Check, not {type(score).__name__}"
+        )
     if score.flagged:
         return Check(
             "Cannot be scored",
@@ -62,7 +70,7 @@ def check(score: SGIResult | DGIResult | Check, thresholds: Thresholds | None = 
         return _check_sgi(score.value, t)
     if isinstance(score, DGIResult):
         return _check_dgi(score.value, t)
-    raise TypeError(f"check() takes SGIResult, DGIResult or Check, not {type(score).__name__}")
+    return _check_grounding(score.value, t)
 
 
 def _check_sgi(value: float, t: Thresholds) -> Check:
@@ -116,6 +124,38 @@ def _check_dgi(value: float, t: Thresholds) -> Check:
         "With no source, the answer's displacement does not follow grounded answers.",
         f"DGI {value:.3f} < pass {t.dgi_pass}",
         "dgi",
+        value,
+        False,
+    )
+
+
+def _check_grounding(value: float, t: Thresholds) -> Check:
+    if value >= t.grounding_accept:
+        return Check(
+            "Supported by the document",
+            Level.OK,
+            "Geometry and source support together say the response comes from the context.",
+            f"P(grounded) {value:.3f} >= accept {t.grounding_accept}",
+            "grounding",
+            value,
+            False,
+        )
+    if value >= t.grounding_review:
+        return Check(
+            "Partly supported",
+            Level.REVIEW,
+            "Part of the response is not backed by the context; a later stage must decide.",
+            f"P(grounded) {value:.3f} in [{t.grounding_review}, {t.grounding_accept})",
+            "grounding",
+            value,
+            True,
+        )
+    return Check(
+        "Not supported by the document",
+        Level.RISK,
+        "Much of the response is not backed by the context it was given.",
+        f"P(grounded) {value:.3f} < review {t.grounding_review}",
+        "grounding",
         value,
         False,
     )

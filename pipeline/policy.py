@@ -19,10 +19,12 @@ from typing import Any
 
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
+from pipeline.grounding import GroundingModel
 from pipeline.judge import JudgeConfig
 from pipeline.routing import RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
+from pipeline import thresholds as th
 from pipeline.thresholds import Thresholds
 
 DEFAULT_POLICY_PATH = Path(__file__).parent / "data" / "default_policy.toml"
@@ -41,7 +43,7 @@ class Policy:
     on_reject: SwitchAction = SwitchAction.FALLBACK
     encoder_model: str | None = None
     reference: tuple[float, ...] | None = None
-    grounding: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    grounding: GroundingModel | None = None
     routes: Mapping[str, RouteConfig] = field(
         default_factory=lambda: MappingProxyType({"default": RouteConfig()})
     )
@@ -66,8 +68,7 @@ class Policy:
         return RouteConfig(name=name, mode=Mode.OFF)
 
     def thresholds_dict(self) -> dict[str, float]:
-        t = self.thresholds
-        return {"sgi_strong_pass": t.sgi_strong_pass, "sgi_review": t.sgi_review, "dgi_pass": t.dgi_pass}
+        return self.thresholds.to_dict()
 
 
 def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -95,9 +96,11 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         raise PolicyError("policy.version", version, "a non-empty string")
     t = _section(data, "thresholds")
     thresholds = Thresholds(
-        _number(t, "thresholds", "sgi_strong_pass", Thresholds.sgi_strong_pass),
-        _number(t, "thresholds", "sgi_review", Thresholds.sgi_review),
-        _number(t, "thresholds", "dgi_pass", Thresholds.dgi_pass),
+        _number(t, "thresholds", "sgi_strong_pass", th.SGI_STRONG_PASS),
+        _number(t, "thresholds", "sgi_review", th.SGI_REVIEW),
+        _number(t, "thresholds", "dgi_pass", th.DGI_PASS),
+        _number(t, "thresholds", "grounding_accept", th.GROUNDING_ACCEPT),
+        _number(t, "thresholds", "grounding_review", th.GROUNDING_REVIEW),
     )
     on_reject = parse_on_reject(
         _section(data, "switch").get("on_reject", "fallback"), "switch.on_reject"
@@ -124,7 +127,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         on_reject=on_reject,
         encoder_model=None if model in (None, "sentence-transformers/all-MiniLM-L6-v2") else model,
         reference=reference,
-        grounding=MappingProxyType(dict(_section(data, "grounding"))),
+        grounding=GroundingModel.from_mapping(_section(data, "grounding")),
         routes=MappingProxyType(routes),
         rules=RulesConfig.from_mapping(_section(data, "rules")),
         consistency=ConsistencyConfig.from_mapping(_section(data, "consistency")),

@@ -111,11 +111,19 @@ def verify_chain(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def _strip_private(value: Any) -> Any:
+    """Drop private keys at every depth: stages nest their evidence."""
+    if isinstance(value, Mapping):
+        return {k: _strip_private(v) for k, v in value.items() if k not in _PRIVATE_EVIDENCE}
+    if isinstance(value, list):
+        return [_strip_private(v) for v in value]
+    return value
+
+
 def sanitize(record: Mapping[str, Any]) -> dict[str, Any]:
     """The projection for untrusted consumers: no raw text, no internal interpretations."""
     out = {k: v for k, v in record.items() if k != "evidence"}
-    evidence = record.get("evidence") or {}
-    out["evidence"] = {k: v for k, v in evidence.items() if k not in _PRIVATE_EVIDENCE}
+    out["evidence"] = _strip_private(record.get("evidence") or {})
     return out
 
 

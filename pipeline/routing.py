@@ -116,7 +116,7 @@ class RouteConfig:
             on_reject=parse_on_reject(data.get("on_reject", "fallback"), f"{prefix}.on_reject"),
             latch_escalation=_typed(data, prefix, "latch_escalation", bool, False),
             breaker_threshold=_typed(data, prefix, "breaker_threshold", int, 5),
-            breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0) or 30.0,
+            breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0),  # type: ignore[arg-type]
         )
 
 

@@ -412,3 +412,24 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         n_given=len(given),
         sentence_spans=tuple(_span(response, a, b) for a, b in sentences),
     )
+
+
+def ngram_precision(response: str, context: Sequence[str], n: int) -> float:
+    """Share of the response's n-grams of normalised tokens that occur in the context.
+
+    Phrase-level support: a verbatim or lightly inflected span of the source scores 1.0;
+    a fluent sentence that recombines the source's words into a new claim scores lower.
+    A response shorter than n tokens scores 1.0 when all its tokens occur, else 0.0.
+    """
+    chunks = _check_context(context)
+    resp = [t.key for t in _tokens(response)]
+    grams: set[tuple[str, ...]] = set()
+    words: set[str] = set()
+    for chunk in chunks:
+        keys = [t.key for t in _tokens(chunk)]
+        words.update(keys)
+        grams.update(zip(*(keys[k:] for k in range(n)), strict=False))
+    if len(resp) < n:
+        return 1.0 if resp and all(w in words for w in resp) else 0.0
+    own = list(zip(*(resp[k:] for k in range(n)), strict=False))
+    return sum(g in grams for g in own) / len(own)

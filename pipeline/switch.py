@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pipeline.check import Check, Level, check
+from pipeline.check import Check, Level, Score, check
 from pipeline.errors import PolicyError
+from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 
@@ -26,6 +27,8 @@ class SwitchAction(str, Enum):
     REGENERATE = "regenerate"
     ESCALATE = "escalate"
 
+
+_GEOMETRIC = frozenset({"sgi", "dgi", "grounding"})
 
 ON_REJECT_ACTIONS = frozenset(
     {SwitchAction.FALLBACK, SwitchAction.REJECT, SwitchAction.REGENERATE, SwitchAction.ESCALATE}
@@ -85,9 +88,11 @@ class GroundingSwitch:
     def from_thresholds(
         cls, thresholds: Thresholds, on_reject: str | SwitchAction = SwitchAction.FALLBACK
     ) -> GroundingSwitch:
-        return cls(
+        switch = cls(
             thresholds.sgi_strong_pass, thresholds.sgi_review, thresholds.dgi_pass, on_reject
         )
+        switch._thresholds = thresholds  # keeps the grounding cuts too
+        return switch
 
     @property
     def thresholds(self) -> Thresholds:
@@ -105,16 +110,16 @@ class GroundingSwitch:
             f"on_reject={self._on_reject.value!r})"
         )
 
-    def __call__(self, score: SGIResult | DGIResult | Check) -> SwitchDecision:
+    def __call__(self, score: Score | Check) -> SwitchDecision:
         return self.decide(score)
 
-    def decide(self, score: SGIResult | DGIResult | Check) -> SwitchDecision:
+    def decide(self, score: Score | Check) -> SwitchDecision:
         """The action for one score; see the module docstring for the zones."""
-        if isinstance(score, Check) and score.method in ("sgi", "dgi"):
+        if isinstance(score, Check) and score.method in _GEOMETRIC:
             verdict = _recheck(score, self._thresholds)
         else:
             verdict = check(score, self._thresholds)
-        if verdict.method not in ("sgi", "dgi"):
+        if verdict.method not in _GEOMETRIC:
             return self._make(
                 SwitchAction.ESCALATE,
                 f"{verdict.method} is not a geometric score; later stages decide",
@@ -147,6 +152,9 @@ def _recheck(verdict: Check, thresholds: Thresholds) -> Check:
     """Re-derive a geometric Check under this switch's thresholds, so both always agree."""
     if verdict.level is Level.REVIEW and verdict.escalate and verdict.label == "Cannot be scored":
         return verdict
+    if verdict.method == "grounding":
+        placeholder = SGIResult(0.0, 0.0, 0.0, 0, 1)
+        return check(GroundingScore(verdict.score, placeholder, {}), thresholds)
     result: SGIResult | DGIResult = (
         SGIResult(verdict.score, 0.0, 0.0, 0, 1)
         if verdict.method == "sgi"

@@ -6,6 +6,7 @@ verdict and the machine action can never disagree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipeline.errors import PolicyError
@@ -19,6 +20,12 @@ SGI_REVIEW = 0.95
 DGI_PASS = 0.525
 """DGI at or above this: the displacement points along the grounded reference direction."""
 
+GROUNDING_ACCEPT = 0.80
+"""Calibrated P(grounded) at or above this: accept (when the policy carries a grounding model)."""
+
+GROUNDING_REVIEW = 0.50
+"""Calibrated P(grounded) below this: on_reject; between the two: escalate."""
+
 SGI_DEGENERATE = 10.0
 """Sentinel SGI when θ(r, c) ≈ 0: the response is the context, maximally grounded."""
 
@@ -30,11 +37,13 @@ class Thresholds:
     sgi_strong_pass: float = SGI_STRONG_PASS
     sgi_review: float = SGI_REVIEW
     dgi_pass: float = DGI_PASS
+    grounding_accept: float = GROUNDING_ACCEPT
+    grounding_review: float = GROUNDING_REVIEW
 
     def __post_init__(self) -> None:
-        for name in ("sgi_strong_pass", "sgi_review", "dgi_pass"):
+        for name in ("sgi_strong_pass", "sgi_review", "dgi_pass", "grounding_accept", "grounding_review"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise PolicyError(f"thresholds.{name}", value, "a finite number")
         if self.sgi_review > self.sgi_strong_pass:
             raise PolicyError(
@@ -44,3 +53,12 @@ class Thresholds:
             )
         if not -1.0 <= self.dgi_pass <= 1.0:
             raise PolicyError("thresholds.dgi_pass", self.dgi_pass, "a cosine in [-1, 1]")
+        if not 0.0 <= self.grounding_review <= self.grounding_accept <= 1.0:
+            raise PolicyError(
+                "thresholds.grounding_review",
+                self.grounding_review,
+                f"a probability <= thresholds.grounding_accept ({self.grounding_accept})",
+            )
+
+    def to_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in self.__slots__}

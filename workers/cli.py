@@ -111,5 +111,51 @@ def worker(stage: str, policy: str | None) -> None:
     run_stage(stage, settings)
 
 
+@main.command()
+@click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Policy TOML to write.")
+@click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Labelled no-context pairs to fit the DGI direction μ̂ from.")
+@click.option("--max-accept-error", type=float, default=0.05, show_default=True, help="Largest share of ungrounded answers among those auto-accepted.")
+@click.option("--limit", type=int, default=None, help="Read at most N records per file.")
+def calibrate(data: tuple[Path, ...], out_file: Path, reference: Path | None, max_accept_error: float, limit: int | None) -> None:
+    """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file."""
+    from rich.progress import Progress
+
+    from pipeline.encoder import default_encoder
+    from workers.calibration import calibrate as fit
+
+    command = "groundstream calibrate " + " ".join(sys.argv[2:])
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(f"embedding ({label})", total=total)
+            bar.update(tasks[label], completed=done)
+
+        policy = fit(
+            list(data), out_file, reference=reference, max_accept_error=max_accept_error,
+            limit=limit, encoder=default_encoder(), command=command, progress=progress,
+        )  # fmt: skip
+    t = policy["thresholds"]
+    click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")
+    click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in t.items()))
+
+
+@main.command("eval")
+@click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Write metrics.json and PNG plots here.")
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@click.option("--limit", type=int, default=None, help="Read at most N records.")
+def eval_command(data: Path, report_dir: Path | None, policy: str | None, limit: int | None) -> None:
+    """Run the embedded ladder over labelled DATA and report quality and throughput."""
+    from workers.evaluation import evaluate
+    from workers.report_text import render_summary
+
+    settings = _settings(policy)
+    metrics = evaluate(data, report_dir, settings, _policy(settings), limit=limit, progress=sys.stderr.isatty())
+    click.echo(render_summary(metrics))
+
+
 if __name__ == "__main__":
     main()

@@ -30,6 +30,7 @@ def broker_url(servers: str) -> str:
 
 def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: bool = False) -> faust.App:
     """A faust app (its own consumer group) running `stage` over its source topic."""
+    settings.data_path(stage.name).mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}groundstream-{stage.name}",
         broker=broker_url(settings.bootstrap_servers),
@@ -56,10 +57,15 @@ def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: 
     source = out[stage.source]
     telemetry = StageTelemetry(stage.name)
     if stateful:
+        # Keyed by the raw session-id bytes, like the source topic, so the producer's
+        # partitioner puts each changelog entry on its session's partition.
         ctx.sessions = app.Table(
-            "sessions", default=None, key_serializer="raw", value_serializer="json",
-            partitions=settings.partitions, use_partitioner=True,
-        )  # fmt: skip
+            "sessions",
+            default=None,
+            schema=faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json"),
+            partitions=settings.partitions,
+            use_partitioner=True,
+        )
 
     async def send_all(emits: list[Emit]) -> None:
         futures = [

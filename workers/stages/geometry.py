@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
+from pipeline.grounding import GroundingModel, GroundingScore, score_grounding
 from pipeline.encoder import load_encoder
 from pipeline.results import DGIResult, SGIResult
 from pipeline.routing import Mode, Next, deadline_for, expired
@@ -31,9 +32,13 @@ def stage_encoder(ctx: StageContext) -> Encoder:
 
 
 def score_candidates(
-    candidates: Sequence[Candidate], encoder: Encoder, reference: np.ndarray | None
-) -> list[SGIResult | DGIResult]:
-    """SGI for candidates with a context, DGI for the others; two encoder calls at most."""
+    candidates: Sequence[Candidate],
+    encoder: Encoder,
+    reference: np.ndarray | None,
+    model: GroundingModel | None = None,
+) -> list[SGIResult | DGIResult | GroundingScore]:
+    """SGI (combined with source support into P(grounded) when the policy has a grounding
+    model) for candidates with a context, DGI for the others; two encoder calls at most."""
     with_ctx = [i for i, c in enumerate(candidates) if c.context is not None]
     without = [i for i, c in enumerate(candidates) if c.context is None]
     out: list[Any] = [None] * len(candidates)
@@ -42,7 +47,12 @@ def score_candidates(
         encoder,
     )
     for i, result in zip(with_ctx, sgi, strict=True):
-        out[i] = result
+        c = candidates[i]
+        out[i] = (
+            result
+            if model is None
+            else score_grounding(model, c.question, c.context_chunks or (), c.response, result)
+        )
     if without:
         if reference is None:
             for i in without:
@@ -96,12 +106,22 @@ class GeometryStage:
         encoder = stage_encoder(ctx)
         # The encoder call runs in a thread so the consumer keeps heartbeating meanwhile.
         results = await asyncio.to_thread(
-            score_candidates, [env.candidate for env, _ in ready], encoder, reference
+            score_candidates,
+            [env.candidate for env, _ in ready],
+            encoder,
+            reference,
+            ctx.policy.grounding,
         )
         thresholds = ctx.policy.thresholds_dict()
-        for (env, started), result in zip(ready, results, strict=True):
-            verdict = check(result, ctx.policy.thresholds)
+        for (env, started), scored in zip(ready, results, strict=True):
+            verdict = check(scored, ctx.policy.thresholds)
+            result = scored.sgi if isinstance(scored, GroundingScore) else scored
             geometry = result.to_dict()
+            evidence: dict[str, Any] = {"geometry": geometry, "encoder": getattr(encoder, "model_id", "custom")}
+            if isinstance(scored, GroundingScore):
+                geometry["grounding"] = scored.to_dict()
+                evidence["grounding_probability"] = scored.value
+                evidence["features"] = dict(scored.features)
             emits += conclude(
                 ctx,
                 env,
@@ -113,7 +133,7 @@ class GeometryStage:
                 score=result.value,
                 method=result.method,
                 level=verdict.level.value,
-                evidence={"geometry": geometry, "encoder": getattr(encoder, "model_id", "custom")},
+                evidence=evidence,
                 thresholds=thresholds,
                 update=lambda e, g=geometry: _with_geometry(e, g),
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
 from pipeline.routing import Next, on_reject_destination
 from pipeline.sessions import SessionState, enter, leave
@@ -14,17 +15,25 @@ from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stages.common import open_envelopes
-from workers.stagekit import Emit, Inbound, StageContext, conclude
+from workers.stagekit import Emit, Inbound, StageContext, conclude, key_of
 
 _NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 
 
-def geometry_result(env: Envelope) -> SGIResult | DGIResult | None:
-    g = env.geometry or {}
+def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
+    """The score the geometry stage put on the envelope, rebuilt as its value type."""
+    g = dict(env.geometry or {})
+    grounding = g.pop("grounding", None)
     try:
-        return SGIResult(**g) if g.get("method") == "sgi" else DGIResult(**g)
+        result = SGIResult(**g) if g.get("method") == "sgi" else DGIResult(**g)
     except TypeError:
         return None
+    if isinstance(grounding, dict) and isinstance(result, SGIResult):
+        features = grounding.get("features") or {}
+        probability = float(grounding.get("probability", 0.0))
+        return GroundingScore(probability, result, features, flagged=result.flagged,
+                              flag_reason=result.flag_reason)  # fmt: skip
+    return result
 
 
 class SwitchStage:
@@ -41,23 +50,24 @@ class SwitchStage:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
         c = env.candidate
-        held, session = enter(SessionState.from_dict(ctx.sessions.get(c.session_id)), c.initiator, c.turn, route)
+        key = key_of(c)
+        held, session = enter(SessionState.from_dict(ctx.sessions.get(key)), c.initiator, c.turn, route)
         if held:
-            ctx.sessions[c.session_id] = session.to_dict()
+            ctx.sessions[key] = session.to_dict()
             return conclude(
                 ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
                 reason="turn_latched: an earlier step of this turn escalated", gate="turn_latched",
             )  # fmt: skip
         result = geometry_result(env)
         if result is None:
-            ctx.sessions[c.session_id] = leave(session, True, c.turn).to_dict()
+            ctx.sessions[key] = leave(session, True, c.turn).to_dict()
             return conclude(
                 ctx, env, stage=self.name, action="escalate", started=started, decided=Next.CONSISTENCY,
                 reason="no usable geometry on the envelope",
             )  # fmt: skip
         decision = ctx.policy.switch(route).decide(result)
         escalated = decision.action is not SwitchAction.ACCEPT
-        ctx.sessions[c.session_id] = leave(session, escalated, c.turn).to_dict()
+        ctx.sessions[key] = leave(session, escalated, c.turn).to_dict()
         decided = _NEXT.get(decision.action) or on_reject_destination(decision.action)
         return conclude(
             ctx,

@@ -1,0 +1,99 @@
+"""Run groundstream's own CLI and workers as subprocesses against the test broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from topics.codec import loads
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+READY_LINE = "Worker]: Ready"
+
+
+def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+    env.update(
+        GROUNDSTREAM_BOOTSTRAP_SERVERS=bootstrap,
+        GROUNDSTREAM_TOPIC_PREFIX=prefix,
+        GROUNDSTREAM_PARTITIONS="2",
+        GROUNDSTREAM_DATA_DIR=str(data_dir),
+        GROUNDSTREAM_BATCH_WITHIN="0.02",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `groundstream ARGS` from this checkout; raise with its output on failure."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"groundstream {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+class Workers:
+    """`groundstream worker STAGE` in the background, ready once every app says so."""
+
+    def __init__(self, env: dict[str, str], stage: str, log: Path, *, apps: int = 1) -> None:
+        self.env, self.stage, self.log_path, self.apps = env, stage, log, apps
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 180.0) -> Workers:
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "worker", self.stage],
+            env=self.env, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        already = self.ready_count()
+        deadline = time.monotonic() + timeout
+        while self.ready_count() - already < self.apps:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.stage} exited early:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"worker {self.stage} not ready in {timeout}s:\n{self.tail()}")
+            time.sleep(0.5)
+        return self
+
+    def ready_count(self) -> int:
+        return self.log_path.read_text(errors="replace").count(READY_LINE) if self.log_path.exists() else 0
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def kill(self) -> None:
+        """Stop a single-stage worker hard, as a crash would: no graceful shutdown."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        if hasattr(self, "_log"):
+            self._log.close()
+
+    def __enter__(self) -> Workers:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def values(records) -> list[dict]:  # noqa: ANN001 - aiokafka ConsumerRecords
+    return [loads(r.value) for r in records]

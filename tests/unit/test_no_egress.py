@@ -1,0 +1,79 @@
+"""The deterministic core never touches the network: sockets are blocked, then we score."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from pipeline.check import check
+from pipeline.consistency import decide_consistency
+from pipeline.policy import parse_policy
+from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
+from pipeline.scores import compute_dgi_batch, compute_sgi_batch
+from pipeline.switch import GroundingSwitch, SwitchAction
+from tests.unit.test_embedded import STANDARD
+from tests.unit.test_embedded import FakeEncoder as LadderEncoder
+from tests.unit.test_scores import FakeEncoder
+from workers.embedded import run_embedded
+from workers.ladder import build_ladder
+from workers.settings import Settings
+from workers.stagekit import StageContext
+
+
+class EgressAttempted(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    attempts: list[object] = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise EgressAttempted(f"network connection attempted to {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(None, address))
+    monkeypatch.setattr(
+        socket, "getaddrinfo", lambda host, *a, **k: refuse(None, (host, "getaddrinfo"))
+    )
+    yield attempts
+    assert attempts == []
+
+
+def test_the_block_works(no_network):
+    with pytest.raises(EgressAttempted):
+        socket.create_connection(("192.0.2.1", 80))
+    no_network.clear()
+
+
+def test_scores_switch_check_rules_consistency_stay_offline(no_network):
+    encoder = FakeEncoder(
+        {"q": [1.0, 0.0], "c": [0.0, 1.0], "r": [0.3, 0.95], "s1": [0.3, 0.95], "s2": [0.3, 0.9]}
+    )
+    sgi = compute_sgi_batch([("q", "c", "r"), ("q", ["c", "r"], "r")], encoder)
+    dgi = compute_dgi_batch([("q", "r")], encoder, np.array([-1.0, 1.0]))
+    switch = GroundingSwitch(on_reject="regenerate")
+    for score in (*sgi, *dgi):
+        verdict = check(score)
+        assert verdict.render()
+        assert switch(score).action in set(SwitchAction)
+    rules = evaluate_rules(
+        RuleInput("how long?", ("kept for ninety days",), "kept for ninety days"), RulesConfig()
+    )
+    assert rules.action.value == "pass"
+    decision = decide_consistency(
+        np.array([0.9, 0.92]), np.array([[1.0, 0.95], [0.95, 1.0]]), ["a", "b"]
+    )
+    assert decision.outcome.value == "committed"
+    assert parse_policy({"routes": {"default": {"mode": "shadow"}}}).route("default")
+
+
+async def test_embedded_ladder_without_endpoints_stays_offline(no_network):
+    ctx = StageContext(policy=parse_policy({"policy": {"version": "offline"}}))
+    ctx.services["encoder"] = LadderEncoder()
+    result = await run_embedded(STANDARD, build_ladder(Settings()), ctx)
+    assert len(result.outcomes()) == len(STANDARD)

@@ -1,0 +1,193 @@
+"""`groundstream calibrate`: fit a policy file from labelled data.
+
+It embeds every example once, fits the SGI cuts (`fit_thresholds_from_scores`), the DGI
+reference direction μ̂ from a reference file's grounded pairs, the DGI cut when the data
+has no-context examples, and the grounding model that combines SGI with source support.
+Everything it fitted, the data's hashes and the command line go into the policy file, so
+a policy can always say where its numbers came from.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+
+from pipeline.calibrate import fit_reference_direction, fit_thresholds_from_scores
+from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
+from pipeline.grounding import fit_grounding, grounding_features
+from pipeline.routing import ACTIVE_APPROVAL
+from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
+from workers.datasets import LabelledCandidate, file_sha256, load_labelled
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    group: str
+    question: str
+    context: tuple[str, ...] | None
+    response: str
+    grounded: bool
+
+
+def examples_from(path: Path, limit: int | None) -> list[Example]:
+    out = []
+    for item in load_labelled(path, limit=limit):
+        c = item.candidate
+        ctx = c.get("context")
+        chunks = None if ctx is None else ((ctx,) if isinstance(ctx, str) else tuple(ctx))
+        out.append(Example(path.name, c["question"], chunks, c["response"], item.grounded))
+    return out
+
+
+def fit_reference(path: Path, encoder: SentenceEncoder) -> tuple[np.ndarray, int]:
+    """μ̂ from the grounded answers of a labelled file (its no-context pairs)."""
+    grounded: list[LabelledCandidate] = [i for i in load_labelled(path) if i.grounded]
+    questions = [i.candidate["question"] for i in grounded]
+    responses = [i.candidate["response"] for i in grounded]
+    q = encoder.encode(questions)
+    r = np.stack([mean_embedding(encoder.encode(encoder.windows(text))) for text in responses])
+    return fit_reference_direction(q, r), len(grounded)
+
+
+def _in_batches(items: Sequence, size: int, fn: Callable, progress: Progress | None, label: str) -> list:
+    out: list = []
+    for start in range(0, len(items), size):
+        out += fn(items[start : start + size])
+        if progress:
+            progress(label, min(start + size, len(items)), len(items))
+    return out
+
+
+def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null or NaN: drop them, and make numpy scalars plain."""
+    out = {}
+    for key, value in metrics.items():
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            continue
+        out[key] = value.item() if isinstance(value, np.generic) else value
+    return out
+
+
+def calibrate(
+    data: Sequence[Path],
+    out: Path,
+    *,
+    reference: Path | None,
+    max_accept_error: float,
+    limit: int | None,
+    encoder: SentenceEncoder,
+    command: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Fit and write a policy file; returns the fitted sections for the CLI to print."""
+    started = time.time()
+    examples = [e for path in data for e in examples_from(path, limit)]
+    with_ctx = [e for e in examples if e.context is not None]
+    without = [e for e in examples if e.context is None]
+    mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
+    sgi = _in_batches(
+        with_ctx, 64,
+        lambda b: compute_sgi_batch([(e.question, e.context, e.response) for e in b], encoder),
+        progress, "sgi",
+    )  # fmt: skip
+    dgi = []
+    if without and mu is not None:
+        dgi = _in_batches(
+            without, 64,
+            lambda b: compute_dgi_batch([(e.question, e.response) for e in b], encoder, mu),
+            progress, "dgi",
+        )  # fmt: skip
+    fit = fit_thresholds_from_scores(
+        [(r.value, e.grounded) for r, e in zip(sgi, with_ctx, strict=True) if not r.flagged],
+        [(r.value, e.grounded) for r, e in zip(dgi, without, strict=True) if not r.flagged],
+        max_accept_error,
+    )
+    grounding = None
+    if with_ctx:
+        rows = [
+            grounding_features(e.question, e.context or (), e.response, r)
+            for r, e in zip(sgi, with_ctx, strict=True)
+        ]
+        grounding = fit_grounding(
+            rows, [e.grounded for e in with_ctx], [e.group for e in with_ctx],
+            max_accept_error=max_accept_error,
+        )  # fmt: skip
+    now = datetime.now(UTC)
+    hashes = {p.name: file_sha256(p) for p in data}
+    version = f"{now:%Y.%m.%d}-{next(iter(sorted(hashes.values())))[:8]}"
+    policy: dict[str, Any] = {
+        "policy": {
+            "version": version,
+            "produced_by": command,
+            "produced_at": now.isoformat(timespec="seconds"),
+            "note": "Fitted by groundstream calibrate; edit routes freely, refit the numbers.",
+        },
+        "encoder": {"model": encoder.model_id if encoder.model_id != DEFAULT_MODEL_ID else DEFAULT_MODEL_ID},
+        "thresholds": {
+            "sgi_strong_pass": fit.sgi_strong_pass,
+            "sgi_review": fit.sgi_review,
+            "dgi_pass": fit.dgi_pass,
+        },
+        "switch": {"on_reject": "fallback"},
+        "calibration": {
+            "data": {name: {"sha256": digest} for name, digest in hashes.items()},
+            "n": fit.n,
+            "limit_per_file": limit or 0,
+            "max_accept_error": max_accept_error,
+            "seconds": round(time.time() - started, 1),
+            "fit": _clean(dict(fit.metrics)),
+        },
+        "routes": {
+            "default": {
+                "mode": "evaluate",
+                "on_reject": "fallback",
+                "latch_escalation": False,
+                "breaker_threshold": 5,
+                "breaker_cooldown_seconds": 30.0,
+            },
+            "production": {
+                "mode": "shadow",
+                "deadline_seconds": 30.0,
+                "on_reject": "fallback",
+                "breaker_threshold": 5,
+                "breaker_cooldown_seconds": 30.0,
+            },
+        },
+    }
+    if mu is not None:
+        policy["reference"] = {
+            "fitted_on": reference.name if reference else "",
+            "data_sha256": file_sha256(reference) if reference else "",
+            "n": n_reference,
+            "dgi_mu": [float(x) for x in mu],
+        }
+    if grounding is not None:
+        policy["thresholds"]["grounding_accept"] = grounding.accept
+        policy["thresholds"]["grounding_review"] = grounding.review
+        policy["grounding"] = {
+            **grounding.model.to_dict(),
+            "metrics": _clean(dict(grounding.model.metrics)),
+        }
+    write_policy(policy, out)
+    return policy
+
+
+def write_policy(policy: dict[str, Any], out: Path) -> None:
+    header = (
+        "# groundstream policy: thresholds, routes and stage settings.\n"
+        f"# Produced by: {policy['policy']['produced_by']}\n"
+        "# Routes: mode = off | shadow | evaluate | active; active needs\n"
+        f"#   active_approval = \"{ACTIVE_APPROVAL}\"\n\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + tomli_w.dumps(policy))
