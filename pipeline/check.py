@@ -9,14 +9,14 @@ geometry does not reinterpret another stage's signal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
 from pipeline.thresholds import Thresholds
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     """How worried a reader should be."""
 
     OK = "ok"
@@ -53,9 +53,8 @@ def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
     if isinstance(score, Check):
         return score
     if not isinstance(score, SGIResult | DGIResult | GroundingScore):
-        raise TypeError(
-            f"check() takes SGIResult, DGIResult, GroundingScore or Check, not {type(score).__name__}"
-        )
+        kind = type(score).__name__
+        raise TypeError(f"check() takes SGIResult, DGIResult, GroundingScore or Check, not {kind}")
     if score.flagged:
         return Check(
             "Cannot be scored",
@@ -111,8 +110,7 @@ def _check_dgi(value: float, t: Thresholds) -> Check:
         return Check(
             "Moves like a grounded answer",
             Level.OK,
-            "With no source, the answer's displacement follows the grounded reference "
-            "direction.",
+            "With no source, the answer's displacement follows the grounded reference direction.",
             f"DGI {value:.3f} >= pass {t.dgi_pass}",
             "dgi",
             value,

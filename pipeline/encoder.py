@@ -64,7 +64,10 @@ class SentenceEncoder:
     @property
     def dimension(self) -> int:
         model = self._model
-        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        get = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
         return int(get())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Errors raised by the deterministic core.
 
-    GroundstreamError
-     ├── PolicyError (ValueError)      a setting or threshold is invalid; names the field
-     └── ScoringError (ValueError)     an input cannot be scored (empty text, bad shape)
+GroundstreamError
+ ├── PolicyError (ValueError)      a setting or threshold is invalid; names the field
+ └── ScoringError (ValueError)     an input cannot be scored (empty text, bad shape)
 """
 
 from __future__ import annotations

@@ -102,7 +102,9 @@ class GroundingModel:
         known = {"features", "coefficients", "intercept", "metrics"}
         for key in data:
             if key not in known:
-                raise PolicyError(f"grounding.{key}", data[key], f"one of {', '.join(sorted(known))}")
+                raise PolicyError(
+                    f"grounding.{key}", data[key], f"one of {', '.join(sorted(known))}"
+                )
         features, coefficients = data.get("features"), data.get("coefficients")
         intercept = data.get("intercept", 0.0)
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
@@ -116,7 +118,9 @@ class GroundingModel:
         metrics = data.get("metrics", {})
         if not isinstance(metrics, Mapping):
             raise PolicyError("grounding.metrics", metrics, "a table")
-        return cls(tuple(features), tuple(float(c) for c in coefficients), float(intercept), dict(metrics))
+        return cls(
+            tuple(features), tuple(float(c) for c in coefficients), float(intercept), dict(metrics)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,9 @@ def fit_logistic(
     x = np.asarray(rows, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
-        raise ScoringError("fit_logistic needs a non-empty 2-D feature matrix and one label per row")
+        raise ScoringError(
+            "fit_logistic needs a non-empty 2-D feature matrix and one label per row"
+        )
     if y.min() == y.max():
         raise ScoringError("fit_logistic needs both grounded and ungrounded examples")
     w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -224,7 +230,9 @@ def fit_grounding(
         metrics[f"{g}.accept_rate_grounded"] = float(accepted[yy].mean()) if yy.any() else 0.0
         metrics[f"{g}.accept_error"] = float((~yy[accepted]).mean()) if accepted.any() else 0.0
     model = GroundingModel(
-        FEATURES, tuple(float(c) for c in coefficients), intercept,
+        FEATURES,
+        tuple(float(c) for c in coefficients),
+        intercept,
         {**metrics, "accepts_nothing": float(nothing), "max_accept_error": max_accept_error},
-    )  # fmt: skip
+    )
     return GroundingFit(model, float(min(accept, 1.0)), float(review))

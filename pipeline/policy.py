@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pipeline import thresholds as th
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.grounding import GroundingModel
@@ -24,14 +25,24 @@ from pipeline.judge import JudgeConfig
 from pipeline.routing import RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
-from pipeline import thresholds as th
 from pipeline.thresholds import Thresholds
 
 DEFAULT_POLICY_PATH = Path(__file__).parent / "data" / "default_policy.toml"
 _SECTIONS = frozenset(
-    {"policy", "encoder", "thresholds", "switch", "reference", "grounding", "calibration",
-     "routes", "rules", "consistency", "judge"}
-)  # fmt: skip
+    {
+        "policy",
+        "encoder",
+        "thresholds",
+        "switch",
+        "reference",
+        "grounding",
+        "calibration",
+        "routes",
+        "rules",
+        "consistency",
+        "judge",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +122,16 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         raise PolicyError("encoder.model", model, "a model directory path or the default id")
     reference = _section(data, "reference").get("dgi_mu")
     if reference is not None:
-        if not isinstance(reference, list) or len(reference) < 2 or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) for x in reference
+        if (
+            not isinstance(reference, list)
+            or len(reference) < 2
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in reference)
         ):
             raise PolicyError("reference.dgi_mu", "…", "a list of numbers (the unit direction μ̂)")
         reference = tuple(float(x) for x in reference)
     routes_raw = _section(data, "routes")
     routes = {
-        name: RouteConfig.from_mapping(name, _section(routes_raw, name))
-        for name in routes_raw
+        name: RouteConfig.from_mapping(name, _section(routes_raw, name)) for name in routes_raw
     } or {"default": RouteConfig()}
     return Policy(
         version=version,
@@ -144,7 +156,9 @@ def load_policy(path: str | Path | None = None) -> Policy:
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise PolicyError("policy file", str(file), f"a readable TOML file ({exc.strerror})") from None
+        raise PolicyError(
+            "policy file", str(file), f"a readable TOML file ({exc.strerror})"
+        ) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

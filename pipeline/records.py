@@ -20,9 +20,18 @@ RECORD_SCHEMA_VERSION = 1
 OUTCOME_STAGE = "outcome"
 _VOLATILE = frozenset({"decided_at", "timings", "trace_id", "hash", "prev_hash", "duration_ms"})
 _PRIVATE_EVIDENCE = frozenset(
-    {"interpretations", "competing", "committed", "partial_at_cutoff", "samples", "top_tokens",
-     "spans", "hits", "note"}
-)  # fmt: skip
+    {
+        "interpretations",
+        "competing",
+        "committed",
+        "partial_at_cutoff",
+        "samples",
+        "top_tokens",
+        "spans",
+        "hits",
+        "note",
+    }
+)
 
 
 def iso_time(epoch_seconds: float) -> str:
@@ -106,7 +115,9 @@ def verify_chain(records: Iterable[Mapping[str, Any]]) -> list[str]:
         if record_hash(rec) != rec.get("hash"):
             problems.append(f"{cid}/{rec.get('stage')}: hash does not match content")
         if rec.get("prev_hash", "") != last.get(cid, ""):
-            problems.append(f"{cid}/{rec.get('stage')}: prev_hash does not link to the previous record")
+            problems.append(
+                f"{cid}/{rec.get('stage')}: prev_hash does not link to the previous record"
+            )
         last[cid] = str(rec.get("hash"))
     return problems
 

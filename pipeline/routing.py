@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from pipeline.errors import PolicyError
 from pipeline.switch import SwitchAction, parse_on_reject
@@ -18,7 +18,7 @@ ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
 """The exact string a route must carry before `active` mode will start (seed 003)."""
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     """How much of the decision is served."""
 
     OFF = "off"  # no verification; nothing auto-accepted; everything takes the safe path
@@ -27,7 +27,7 @@ class Mode(str, Enum):
     ACTIVE = "active"  # serve the decision in production; needs the approval string
 
 
-class Next(str, Enum):
+class Next(StrEnum):
     """Where a stage sends a candidate. Values equal the logical topic names."""
 
     SCORED = "scored"
@@ -83,24 +83,37 @@ class RouteConfig:
                 f"{ACTIVE_APPROVAL!r} before mode = 'active' may start",
             )
         if self.deadline_seconds is not None and not self.deadline_seconds > 0:
-            raise PolicyError(f"{prefix}.deadline_seconds", self.deadline_seconds, "a positive number")
+            raise PolicyError(
+                f"{prefix}.deadline_seconds", self.deadline_seconds, "a positive number"
+            )
         if self.breaker_threshold < 1:
-            raise PolicyError(f"{prefix}.breaker_threshold", self.breaker_threshold, "an integer >= 1")
+            raise PolicyError(
+                f"{prefix}.breaker_threshold", self.breaker_threshold, "an integer >= 1"
+            )
         if not self.breaker_cooldown_seconds > 0:
             raise PolicyError(
-                f"{prefix}.breaker_cooldown_seconds", self.breaker_cooldown_seconds, "a positive number"
+                f"{prefix}.breaker_cooldown_seconds",
+                self.breaker_cooldown_seconds,
+                "a positive number",
             )
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, object]) -> RouteConfig:
         prefix = f"routes.{name}"
         known = {
-            "mode", "active_approval", "deadline_seconds", "on_reject", "latch_escalation",
-            "breaker_threshold", "breaker_cooldown_seconds",
-        }  # fmt: skip
+            "mode",
+            "active_approval",
+            "deadline_seconds",
+            "on_reject",
+            "latch_escalation",
+            "breaker_threshold",
+            "breaker_cooldown_seconds",
+        }
         for key in data:
             if key not in known:
-                raise PolicyError(f"{prefix}.{key}", data[key], f"one of {', '.join(sorted(known))}")
+                raise PolicyError(
+                    f"{prefix}.{key}", data[key], f"one of {', '.join(sorted(known))}"
+                )
         mode_value = data.get("mode", Mode.EVALUATE.value)
         try:
             mode = Mode(mode_value)
@@ -120,14 +133,16 @@ class RouteConfig:
         )
 
 
-def _typed(data: Mapping[str, object], prefix: str, key: str, kind: type, default):  # noqa: ANN202
+def _typed(data: Mapping[str, object], prefix: str, key: str, kind: type, default):
     value = data.get(key, default)
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
         raise PolicyError(f"{prefix}.{key}", value, f"a {kind.__name__}")
     return value
 
 
-def _number(data: Mapping[str, object], prefix: str, key: str, default: float | None) -> float | None:
+def _number(
+    data: Mapping[str, object], prefix: str, key: str, default: float | None
+) -> float | None:
     value = data.get(key, default)
     if value is None:
         return None

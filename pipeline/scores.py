@@ -80,9 +80,16 @@ def sgi_from_embeddings(
     bad = "question" if q is None else "response" if r is None else ""
     if bad:
         return SGIResult(
-            0.0, 0.0, 0.0, -1, n_chunks, response_windows, windows, True,
+            0.0,
+            0.0,
+            0.0,
+            -1,
+            n_chunks,
+            response_windows,
+            windows,
+            True,
             f"{bad} embedding is zero or not finite",
-        )  # fmt: skip
+        )
     theta_rq = angle(r, q)
     best: tuple[float, float, int] | None = None
     for index, chunk in enumerate(chunks):
@@ -95,9 +102,16 @@ def sgi_from_embeddings(
             best = (value, theta_rc, index)
     if best is None:
         return SGIResult(
-            0.0, theta_rq, 0.0, -1, n_chunks, response_windows, windows, True,
+            0.0,
+            theta_rq,
+            0.0,
+            -1,
+            n_chunks,
+            response_windows,
+            windows,
+            True,
             "every context embedding is zero or not finite",
-        )  # fmt: skip
+        )
     value, theta_rc, index = best
     return SGIResult(value, theta_rq, theta_rc, index, n_chunks, response_windows, windows)
 
@@ -197,7 +211,10 @@ def compute_dgi_batch(
     """DGI for many (question, response) pairs with one encoder call."""
     plan = _Plan()
     layout = [
-        (plan.add(_require_text("question", q)), plan.add_windows(encoder, _require_text("response", r)))
+        (
+            plan.add(_require_text("question", q)),
+            plan.add_windows(encoder, _require_text("response", r)),
+        )
         for q, r in items
     ]
     emb = plan.embed(encoder)

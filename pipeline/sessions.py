@@ -36,7 +36,9 @@ class SessionState:
         )
 
 
-def enter(state: SessionState, initiator: str, turn: int, route: RouteConfig) -> tuple[bool, SessionState]:
+def enter(
+    state: SessionState, initiator: str, turn: int, route: RouteConfig
+) -> tuple[bool, SessionState]:
     """Whether this step is held, and the session state once it has arrived."""
     if initiator == "user":
         keep = state.latched and route.latch_escalation and route.mode is not Mode.SHADOW

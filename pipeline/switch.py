@@ -9,7 +9,7 @@ DGI is binary (accept / on_reject), and anything non-geometric or unscorable esc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from pipeline.check import Check, Level, Score, check
 from pipeline.errors import PolicyError
@@ -18,7 +18,7 @@ from pipeline.results import DGIResult, SGIResult
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 
 
-class SwitchAction(str, Enum):
+class SwitchAction(StrEnum):
     """The control action; a str so it goes into JSON and logs unchanged."""
 
     ACCEPT = "accept"
@@ -126,7 +126,9 @@ class GroundingSwitch:
                 verdict,
             )
         if verdict.escalate or verdict.level is Level.REVIEW:
-            return self._make(SwitchAction.ESCALATE, f"ambiguous geometry: {verdict.detail}", verdict)
+            return self._make(
+                SwitchAction.ESCALATE, f"ambiguous geometry: {verdict.detail}", verdict
+            )
         if verdict.level is Level.OK:
             return self._make(SwitchAction.ACCEPT, f"grounded: {verdict.detail}", verdict)
         return self._make(

@@ -41,9 +41,19 @@ class Thresholds:
     grounding_review: float = GROUNDING_REVIEW
 
     def __post_init__(self) -> None:
-        for name in ("sgi_strong_pass", "sgi_review", "dgi_pass", "grounding_accept", "grounding_review"):
+        for name in (
+            "sgi_strong_pass",
+            "sgi_review",
+            "dgi_pass",
+            "grounding_accept",
+            "grounding_review",
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
                 raise PolicyError(f"thresholds.{name}", value, "a finite number")
         if self.sgi_review > self.sgi_strong_pass:
             raise PolicyError(

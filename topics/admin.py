@@ -3,6 +3,7 @@ ladder are created here, from `TOPIC_SPECS` and the settings' partitions and rep
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -35,10 +36,9 @@ async def create_topics(
         report = {t.name: "exists" for t in wanted if t.name in existing}
         missing = [t for t in wanted if t.name not in existing]
         if missing:
-            try:
+            # A concurrent creator may win the race; the topic is there either way.
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass  # a concurrent creator won the race; the topic is there either way
             report.update({t.name: "created" for t in missing})
         return report
     finally:

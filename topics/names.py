@@ -7,14 +7,14 @@ lets tests and tenants isolate themselves on one cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """Broker-side limit on our topics: large enough that an oversize candidate can still be
 dead-lettered whole instead of being refused by the broker."""
 
 
-class Topic(str, Enum):
+class Topic(StrEnum):
     """Logical topics of the ladder."""
 
     CANDIDATES = "candidates"

@@ -123,7 +123,9 @@ def _deadline(value: Any) -> float | None:
 def candidate_from_dict(data: Any) -> Candidate:
     """Validate a decoded candidate object."""
     if not isinstance(data, dict):
-        raise MalformedMessage(f"wrong type: candidate must be a JSON object, not {type(data).__name__}")
+        raise MalformedMessage(
+            f"wrong type: candidate must be a JSON object, not {type(data).__name__}"
+        )
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise MalformedMessage(f"unsupported schema_version: {version!r}")
@@ -166,7 +168,9 @@ def candidate_from_dict(data: Any) -> Candidate:
     )
 
 
-def parse_candidate(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_CANDIDATE_BYTES) -> Candidate:
+def parse_candidate(
+    raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_CANDIDATE_BYTES
+) -> Candidate:
     """Bytes from the candidates topic to a Candidate, or MalformedMessage with the reason."""
     if raw is None:
         raise MalformedMessage("empty message: no value")
@@ -244,7 +248,9 @@ def envelope_from_dict(data: Any) -> Envelope:
     if geometry is not None and not isinstance(geometry, dict):
         raise MalformedMessage("wrong type: envelope geometry must be an object")
     deadline = data.get("deadline")
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)):
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float)
+    ):
         raise MalformedMessage("wrong type: envelope deadline must be a number")
     human = data.get("human")
     if human is not None and not isinstance(human, dict):

@@ -59,7 +59,9 @@ def fit_reference(path: Path, encoder: SentenceEncoder) -> tuple[np.ndarray, int
     return fit_reference_direction(q, r), len(grounded)
 
 
-def _in_batches(items: Sequence, size: int, fn: Callable, progress: Progress | None, label: str) -> list:
+def _in_batches(
+    items: Sequence, size: int, fn: Callable, progress: Progress | None, label: str
+) -> list:
     out: list = []
     for start in range(0, len(items), size):
         out += fn(items[start : start + size])
@@ -96,17 +98,21 @@ def calibrate(
     without = [e for e in examples if e.context is None]
     mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
     sgi = _in_batches(
-        with_ctx, 64,
+        with_ctx,
+        64,
         lambda b: compute_sgi_batch([(e.question, e.context, e.response) for e in b], encoder),
-        progress, "sgi",
-    )  # fmt: skip
+        progress,
+        "sgi",
+    )
     dgi = []
     if without and mu is not None:
         dgi = _in_batches(
-            without, 64,
+            without,
+            64,
             lambda b: compute_dgi_batch([(e.question, e.response) for e in b], encoder, mu),
-            progress, "dgi",
-        )  # fmt: skip
+            progress,
+            "dgi",
+        )
     fit = fit_thresholds_from_scores(
         [(r.value, e.grounded) for r, e in zip(sgi, with_ctx, strict=True) if not r.flagged],
         [(r.value, e.grounded) for r, e in zip(dgi, without, strict=True) if not r.flagged],
@@ -119,9 +125,11 @@ def calibrate(
             for r, e in zip(sgi, with_ctx, strict=True)
         ]
         grounding = fit_grounding(
-            rows, [e.grounded for e in with_ctx], [e.group for e in with_ctx],
+            rows,
+            [e.grounded for e in with_ctx],
+            [e.group for e in with_ctx],
             max_accept_error=max_accept_error,
-        )  # fmt: skip
+        )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}
     version = f"{now:%Y.%m.%d}-{next(iter(sorted(hashes.values())))[:8]}"
@@ -132,7 +140,9 @@ def calibrate(
             "produced_at": now.isoformat(timespec="seconds"),
             "note": "Fitted by groundstream calibrate; edit routes freely, refit the numbers.",
         },
-        "encoder": {"model": encoder.model_id if encoder.model_id != DEFAULT_MODEL_ID else DEFAULT_MODEL_ID},
+        "encoder": {
+            "model": encoder.model_id if encoder.model_id != DEFAULT_MODEL_ID else DEFAULT_MODEL_ID
+        },
         "thresholds": {
             "sgi_strong_pass": fit.sgi_strong_pass,
             "sgi_review": fit.sgi_review,
@@ -187,7 +197,7 @@ def write_policy(policy: dict[str, Any], out: Path) -> None:
         "# groundstream policy: thresholds, routes and stage settings.\n"
         f"# Produced by: {policy['policy']['produced_by']}\n"
         "# Routes: mode = off | shadow | evaluate | active; active needs\n"
-        f"#   active_approval = \"{ACTIVE_APPROVAL}\"\n\n"
+        f'#   active_approval = "{ACTIVE_APPROVAL}"\n\n'
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + tomli_w.dumps(policy))

@@ -20,7 +20,7 @@ def _settings(policy: str | None = None) -> Settings:
         raise click.UsageError(str(exc)) from None
 
 
-def _policy(settings: Settings):  # noqa: ANN202 - Policy, imported lazily
+def _policy(settings: Settings):
     try:
         return settings.load_policy()
     except PolicyError as exc:
@@ -40,8 +40,17 @@ def main(log_level: str | None) -> None:
 
 @main.command()
 @click.argument("input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), help="Write records here (default stdout).")
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML (default GROUNDSTREAM_POLICY or the shipped one).")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write records here (default stdout).",
+)
+@click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy TOML (default GROUNDSTREAM_POLICY or the shipped one).",
+)
 def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
     """Run the ladder in-process on a JSONL file of candidates; one decision record per line."""
     from workers.verify import verify_file
@@ -67,7 +76,13 @@ def produce(input_file: Path, topic: str) -> None:
 @main.command()
 @click.argument("topic")
 @click.option("--max", "max_messages", type=int, default=None, help="Stop after N messages.")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Stop after S seconds without a message.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Stop after S seconds without a message.",
+)
 def consume(topic: str, max_messages: int | None, timeout: float) -> None:
     """Print a topic from the beginning as JSON lines (value, key, headers, offset)."""
     from workers.kafka_tools import consume_topic
@@ -88,7 +103,12 @@ def topics_create() -> None:
 
     settings = _settings()
     report = asyncio.run(
-        create_topics(settings.bootstrap_servers, settings.topic_prefix, settings.partitions, settings.replication)
+        create_topics(
+            settings.bootstrap_servers,
+            settings.topic_prefix,
+            settings.partitions,
+            settings.replication,
+        )
     )
     for name, status in sorted(report.items()):
         click.echo(f"{status:8} {name}")
@@ -112,12 +132,36 @@ def worker(stage: str, policy: str | None) -> None:
 
 
 @main.command()
-@click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Policy TOML to write.")
-@click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Labelled no-context pairs to fit the DGI direction μ̂ from.")
-@click.option("--max-accept-error", type=float, default=0.05, show_default=True, help="Largest share of ungrounded answers among those auto-accepted.")
+@click.argument(
+    "data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Policy TOML to write.",
+)
+@click.option(
+    "--reference",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Labelled no-context pairs to fit the DGI direction μ̂ from.",
+)
+@click.option(
+    "--max-accept-error",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Largest share of ungrounded answers among those auto-accepted.",
+)
 @click.option("--limit", type=int, default=None, help="Read at most N records per file.")
-def calibrate(data: tuple[Path, ...], out_file: Path, reference: Path | None, max_accept_error: float, limit: int | None) -> None:
+def calibrate(
+    data: tuple[Path, ...],
+    out_file: Path,
+    reference: Path | None,
+    max_accept_error: float,
+    limit: int | None,
+) -> None:
     """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file."""
     from rich.progress import Progress
 
@@ -134,9 +178,15 @@ def calibrate(data: tuple[Path, ...], out_file: Path, reference: Path | None, ma
             bar.update(tasks[label], completed=done)
 
         policy = fit(
-            list(data), out_file, reference=reference, max_accept_error=max_accept_error,
-            limit=limit, encoder=default_encoder(), command=command, progress=progress,
-        )  # fmt: skip
+            list(data),
+            out_file,
+            reference=reference,
+            max_accept_error=max_accept_error,
+            limit=limit,
+            encoder=default_encoder(),
+            command=command,
+            progress=progress,
+        )
     t = policy["thresholds"]
     click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")
     click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in t.items()))
@@ -144,17 +194,99 @@ def calibrate(data: tuple[Path, ...], out_file: Path, reference: Path | None, ma
 
 @main.command("eval")
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Write metrics.json and PNG plots here.")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write metrics.json and PNG plots here.",
+)
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 @click.option("--limit", type=int, default=None, help="Read at most N records.")
-def eval_command(data: Path, report_dir: Path | None, policy: str | None, limit: int | None) -> None:
+def eval_command(
+    data: Path, report_dir: Path | None, policy: str | None, limit: int | None
+) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput."""
     from workers.evaluation import evaluate
     from workers.report_text import render_summary
 
     settings = _settings(policy)
-    metrics = evaluate(data, report_dir, settings, _policy(settings), limit=limit, progress=sys.stderr.isatty())
+    metrics = evaluate(
+        data, report_dir, settings, _policy(settings), limit=limit, progress=sys.stderr.isatty()
+    )
     click.echo(render_summary(metrics))
+
+
+@main.group()
+def review() -> None:
+    """The human review queue (escalations.review)."""
+
+
+@review.command("list")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
+def review_list(as_json: bool) -> None:
+    """List candidates waiting for a person's verdict."""
+    from workers.review import pending
+
+    items = asyncio.run(pending(_settings()))
+    if as_json:
+        from topics.codec import dumps
+
+        for item in items:
+            click.echo(dumps(item.summary()).decode())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("candidate", "session", "turn", "stage", "reason", title=f"{len(items)} waiting")
+    for item in items:
+        s = item.summary()
+        table.add_row(
+            s["candidate_id"], s["session_id"], str(s["turn"]), str(s["stage"]), s["reason"]
+        )
+    Console().print(table)
+
+
+@review.command("decide")
+@click.argument("candidate_id")
+@click.argument("verdict", type=click.Choice(["accept", "reject"]))
+@click.option("--by", required=True, help="Who decides (recorded in the audit trail).")
+@click.option("--note", default="", help="Why (recorded in the audit trail).")
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: str | None) -> None:
+    """Record a person's verdict: accept goes through rules to state, reject ends it."""
+    from pipeline.review import HumanVerdict
+    from workers.review import decide
+
+    settings = _settings(policy)
+    try:
+        record = asyncio.run(
+            decide(settings, _policy(settings), candidate_id, HumanVerdict(verdict), by, note)
+        )
+    except (LookupError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{record['candidate_id']}: {record['action']} by {by}")
+
+
+@main.group()
+def control() -> None:
+    """Operator controls on the control topic."""
+
+
+@control.command("kill-switch")
+@click.argument("state", type=click.Choice(["on", "off"]))
+@click.option("--by", required=True, help="Who flips it (recorded on the control topic).")
+def kill_switch(state: str, by: str) -> None:
+    """Stop (on) or allow (off) all automatic acceptance, on every worker within seconds."""
+    from topics.names import Topic
+    from workers.control import publish_kill_switch
+
+    settings = _settings()
+    asyncio.run(
+        publish_kill_switch(
+            settings.bootstrap_servers, settings.topic(Topic.CONTROL), state == "on", by
+        )
+    )
+    click.echo(f"kill switch {state} (by {by})")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def apply_control(state: ControlState, key: bytes | None, value: bytes | None) -
         state.kill_switch = data["on"]
         state.kill_switch_by = str(data.get("by", ""))
         state.kill_switch_at = float(data.get("at", 0.0) or 0.0)
-        log.warning("kill switch %s by %s", "ON" if state.kill_switch else "off", state.kill_switch_by)
+        log.warning(
+            "kill switch %s by %s", "ON" if state.kill_switch else "off", state.kill_switch_by
+        )
 
 
 class ControlListener:

@@ -42,7 +42,11 @@ def evaluate(
                 if stage == "geometry":
                     bar.advance(task, n)
 
-            result = asyncio.run(run_embedded(candidates, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch))
+            result = asyncio.run(
+                run_embedded(
+                    candidates, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch
+                )
+            )
     else:
         result = asyncio.run(run_embedded(candidates, stages, ctx, batch_size=settings.batch_size))
     elapsed = time.perf_counter() - started

@@ -28,7 +28,9 @@ def broker_url(servers: str) -> str:
     return ";".join(f"kafka://{s.strip()}" for s in servers.split(","))
 
 
-def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: bool = False) -> faust.App:
+def build_app(
+    stage: Stage, settings: Settings, ctx: StageContext, *, stateful: bool = False
+) -> faust.App:
     """A faust app (its own consumer group) running `stage` over its source topic."""
     settings.data_path(stage.name).mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -50,10 +52,15 @@ def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: 
         table_standby_replicas=0,
     )
     out = {
-        t: app.topic(settings.topic(t), key_type=bytes, value_type=bytes,
-                     key_serializer="raw", value_serializer="raw")
+        t: app.topic(
+            settings.topic(t),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
         for t in Topic
-    }  # fmt: skip
+    }
     source = out[stage.source]
     telemetry = StageTelemetry(stage.name)
     if stateful:
@@ -69,7 +76,8 @@ def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: 
 
     async def send_all(emits: list[Emit]) -> None:
         futures = [
-            await out[e.topic].send(key=e.key, value=e.value, headers=list(e.headers)) for e in emits
+            await out[e.topic].send(key=e.key, value=e.value, headers=list(e.headers))
+            for e in emits
         ]
         await asyncio.gather(*futures)
 
@@ -83,12 +91,19 @@ def build_app(stage: Stage, settings: Settings, ctx: StageContext, *, stateful: 
                 except Exception as exc:  # never crash on a message: park the batch, keep going
                     log.exception("stage %s failed on a batch of %d", stage.name, len(batch))
                     reason = f"stage error: {type(exc).__name__}"
-                    emits = [e for item in batch for e in deadletter(item, reason, stage.name, ctx.clock())]
+                    emits = [
+                        e
+                        for item in batch
+                        for e in deadletter(item, reason, stage.name, ctx.clock())
+                    ]
                 telemetry.count(emits)
                 await send_all(emits)
 
     listener = ControlListener(
-        settings.bootstrap_servers, settings.topic(Topic.CONTROL), ctx.control, settings.control_poll
+        settings.bootstrap_servers,
+        settings.topic(Topic.CONTROL),
+        ctx.control,
+        settings.control_poll,
     )
 
     @app.task

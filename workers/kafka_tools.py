@@ -41,7 +41,7 @@ async def produce_file(settings: Settings, path: Path, topic: str) -> int:
         await producer.stop()
 
 
-def render(record) -> bytes:  # noqa: ANN001 - aiokafka ConsumerRecord
+def render(record) -> bytes:
     """A message as one JSON line: the value inline when it is JSON, else base64."""
     try:
         value = loads(record.value) if record.value is not None else None

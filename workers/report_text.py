@@ -13,14 +13,19 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+_SCORES = (("sgi", "SGI"), ("dgi", "DGI"), ("grounding_probability", "P(grounded)"))
+
+
+def _auroc(m: dict[str, Any], name: str, label: str) -> str:
+    plain, matched = m.get(f"auroc_{name}"), m.get(f"length_matched_auroc_{name}")
+    return f"{label} {_num(plain)} (length-matched {_num(matched)})"
+
+
 def render_summary(m: dict[str, Any]) -> str:
     lines = [
         f"data {m.get('data')}  policy {m.get('policy_version')}  n={m['n']} "
         f"(grounded {m['n_grounded']}, ungrounded {m['n_ungrounded']})",
-        f"AUROC  SGI {_num(m.get('auroc_sgi'))} (length-matched {_num(m.get('length_matched_auroc_sgi'))})"
-        f"  DGI {_num(m.get('auroc_dgi'))} (length-matched {_num(m.get('length_matched_auroc_dgi'))})"
-        f"  P(grounded) {_num(m.get('auroc_grounding_probability'))}"
-        f" (length-matched {_num(m.get('length_matched_auroc_grounding_probability'))})",
+        "AUROC  " + "  ".join(_auroc(m, name, label) for name, label in _SCORES),
         f"grounded answers reaching state   {_pct(m.get('grounded_to_state'))}"
         f"   length-matched {_pct(m.get('grounded_to_state_length_matched'))}",
         f"ungrounded share of state         {_pct(m.get('state_ungrounded_share'))}"

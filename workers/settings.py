@@ -132,7 +132,9 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
         if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise SettingsError(PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error")
+            raise SettingsError(
+                PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error"
+            )
         return settings
 
     def topic(self, topic: Topic) -> str:

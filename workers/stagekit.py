@@ -146,7 +146,9 @@ def conclude(
         evidence=evidence,
     )
     key = key_of(env.candidate)
-    env = env.after(stage, {"action": action, "reason": reason, "served": served_action}, record["hash"], ms)
+    env = env.after(
+        stage, {"action": action, "reason": reason, "served": served_action}, record["hash"], ms
+    )
     if update is not None:
         env = update(env)
     emits = [record_emit(record, key)]

@@ -48,7 +48,9 @@ class StageTelemetry:
         self.stage = stage
         self.tracer = trace.get_tracer("groundstream")
         meter = metrics.get_meter("groundstream")
-        self._emits = meter.create_counter("groundstream.emits", description="messages sent, by topic")
+        self._emits = meter.create_counter(
+            "groundstream.emits", description="messages sent, by topic"
+        )
         self._latency = meter.create_histogram(
             "groundstream.batch.duration", unit="ms", description="stage batch latency"
         )

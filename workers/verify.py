@@ -29,7 +29,9 @@ def make_context(settings: Settings, policy: Policy) -> StageContext:
     )
 
 
-def run_lines(lines: list[bytes], settings: Settings, policy: Policy, progress: bool) -> EmbeddedResult:
+def run_lines(
+    lines: list[bytes], settings: Settings, policy: Policy, progress: bool
+) -> EmbeddedResult:
     stages = build_ladder(settings)
     ctx = make_context(settings, policy)
     if not progress:
@@ -53,7 +55,9 @@ def write_records(records: list[dict], out: IO[bytes]) -> None:
         out.write(dumps(record) + b"\n")
 
 
-def verify_file(path: Path, out_file: Path | None, settings: Settings, policy: Policy) -> Counter[str]:
+def verify_file(
+    path: Path, out_file: Path | None, settings: Settings, policy: Policy
+) -> Counter[str]:
     result = run_lines(read_lines(path), settings, policy, progress=sys.stderr.isatty())
     if out_file is None:
         write_records(result.records, sys.stdout.buffer)

@@ -34,8 +34,12 @@ def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.Com
     """Run `groundstream ARGS` from this checkout; raise with its output on failure."""
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", *args],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise AssertionError(f"groundstream {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done
@@ -52,8 +56,11 @@ class Workers:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers.cli", "worker", self.stage],
-            env=self.env, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=self.env,
+            cwd=REPO_ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         already = self.ready_count()
         deadline = time.monotonic() + timeout
         while self.ready_count() - already < self.apps:
@@ -66,7 +73,11 @@ class Workers:
         return self
 
     def ready_count(self) -> int:
-        return self.log_path.read_text(errors="replace").count(READY_LINE) if self.log_path.exists() else 0
+        return (
+            self.log_path.read_text(errors="replace").count(READY_LINE)
+            if self.log_path.exists()
+            else 0
+        )
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
@@ -95,5 +106,5 @@ class Workers:
         self.stop()
 
 
-def values(records) -> list[dict]:  # noqa: ANN001 - aiokafka ConsumerRecords
+def values(records) -> list[dict]:
     return [loads(r.value) for r in records]

@@ -34,7 +34,9 @@ def _ids(path: Path) -> list[str]:
     return [loads(line)["id"] for line in path.read_bytes().splitlines() if line.strip()]
 
 
-async def _decisions_until_outcomes(bootstrap: str, topic: str, ids: set[str], timeout: float) -> list[dict]:
+async def _decisions_until_outcomes(
+    bootstrap: str, topic: str, ids: set[str], timeout: float
+) -> list[dict]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -45,7 +47,9 @@ async def _decisions_until_outcomes(bootstrap: str, topic: str, ids: set[str], t
         await asyncio.sleep(1)
 
 
-def test_ladder_on_kafka_matches_embedded(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+def test_ladder_on_kafka_matches_embedded(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
     env = worker_env(kafka_bootstrap, topic_prefix, tmp_path / "data")
     cli(env, "topics", "create")
     ids = _ids(CANDIDATES)
@@ -62,7 +66,9 @@ def test_ladder_on_kafka_matches_embedded(kafka_bootstrap: str, topic_prefix: st
     outcomes = [r for r in records if r["stage"] == "outcome"]
     assert sorted(r["candidate_id"] for r in outcomes) == sorted(ids), "one outcome per candidate"
     # Each candidate sits in exactly the terminal topic its outcome names, and only there.
-    placed = Counter((env_["candidate"]["id"], t.value) for t, msgs in terminal.items() for env_ in msgs)
+    placed = Counter(
+        (env_["candidate"]["id"], t.value) for t, msgs in terminal.items() for env_ in msgs
+    )
     assert sum(placed.values()) == len(ids)
     for outcome in outcomes:
         assert placed[(outcome["candidate_id"], outcome["topic"])] == 1
@@ -75,7 +81,11 @@ def test_ladder_on_kafka_matches_embedded(kafka_bootstrap: str, topic_prefix: st
     for r in records:
         by_candidate.setdefault(r["candidate_id"], []).append(r)
     for trail in by_candidate.values():
-        trail.sort(key=lambda r: ["geometry", "switch", "consistency", "judge", "rules", "outcome"].index(r["stage"]))
+        trail.sort(
+            key=lambda r: ["geometry", "switch", "consistency", "judge", "rules", "outcome"].index(
+                r["stage"]
+            )
+        )
         assert verify_chain(trail) == []
 
     # The embedded runner decides identically on the same input.

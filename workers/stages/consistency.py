@@ -19,10 +19,10 @@ from pipeline.routing import Next, expired
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.settings import Settings
+from workers.stagekit import Emit, Inbound, StageContext, conclude
 from workers.stages.common import expire, open_envelopes
 from workers.stages.endpoints import EndpointPool, time_left
 from workers.stages.geometry import stage_encoder
-from workers.stagekit import Emit, Inbound, StageContext, conclude
 
 
 def similarities(vectors: np.ndarray) -> np.ndarray:
@@ -59,10 +59,14 @@ class ConsistencyStage:
             route = ctx.route_for(env.route)
             endpoint = self.pool.for_route(route)
             drawn = await endpoint.sample(
-                c.question, c.context_chunks, config.n_samples, config.temperature, config.max_tokens,
+                c.question,
+                c.context_chunks,
+                config.n_samples,
+                config.temperature,
+                config.max_tokens,
                 timeout=time_left(env.deadline, ctx.clock(), self.timeout),
                 token_budget=config.token_budget,
-            )  # fmt: skip
+            )
             breaker = {"sampler": endpoint.breaker_state.status.value}
             evidence.update(
                 sample_source="sampler",
@@ -73,20 +77,34 @@ class ConsistencyStage:
                 return expire(self.name, env, ctx)
             if drawn.failure is not None and len(drawn.samples) < drawn.requested:
                 return conclude(
-                    ctx, env, stage=self.name, action="escalate", started=started,
-                    decided=Next.JUDGE, gate="sampler_unavailable", breaker=breaker,
+                    ctx,
+                    env,
+                    stage=self.name,
+                    action="escalate",
+                    started=started,
+                    decided=Next.JUDGE,
+                    gate="sampler_unavailable",
+                    breaker=breaker,
                     reason=f"sampler unavailable ({drawn.failure.value}); the judge decides",
                     evidence=evidence,
-                )  # fmt: skip
+                )
             samples, budget = list(drawn.samples), drawn.budget_limit
         decision = await asyncio.to_thread(self._decide, env, samples, budget, ctx)
         evidence.update(decision.to_dict())
         return conclude(
-            ctx, env, stage=self.name, action=decision.outcome.value, reason=decision.reason,
-            decided=Next.RULES if decision.passes else Next.JUDGE, started=started,
-            score=decision.consistency_score, method="consistency", level=decision.level.value,
-            evidence=evidence, breaker=breaker,
-        )  # fmt: skip
+            ctx,
+            env,
+            stage=self.name,
+            action=decision.outcome.value,
+            reason=decision.reason,
+            decided=Next.RULES if decision.passes else Next.JUDGE,
+            started=started,
+            score=decision.consistency_score,
+            method="consistency",
+            level=decision.level.value,
+            evidence=evidence,
+            breaker=breaker,
+        )
 
     @staticmethod
     def _decide(
@@ -94,7 +112,9 @@ class ConsistencyStage:
     ) -> ConsistencyDecision:
         if not samples:
             empty = np.zeros((0,))
-            return decide_consistency(empty, np.zeros((0, 0)), [], ctx.policy.consistency, budget_limit=budget)
+            return decide_consistency(
+                empty, np.zeros((0, 0)), [], ctx.policy.consistency, budget_limit=budget
+            )
         vectors = stage_encoder(ctx).encode([env.candidate.response, *samples])
         sim = similarities(vectors)
         return decide_consistency(

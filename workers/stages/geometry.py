@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
-from pipeline.grounding import GroundingModel, GroundingScore, score_grounding
 from pipeline.encoder import load_encoder
+from pipeline.grounding import GroundingModel, GroundingScore, score_grounding
 from pipeline.results import DGIResult, SGIResult
 from pipeline.routing import Mode, Next, deadline_for, expired
 from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, MalformedMessage, parse_candidate
-from workers.stages.common import expire
 from workers.stagekit import Emit, Inbound, StageContext, conclude, deadletter
+from workers.stages.common import expire
 
 
 def stage_encoder(ctx: StageContext) -> Encoder:
@@ -43,7 +43,10 @@ def score_candidates(
     without = [i for i, c in enumerate(candidates) if c.context is None]
     out: list[Any] = [None] * len(candidates)
     sgi = compute_sgi_batch(
-        [(candidates[i].question, candidates[i].context_chunks, candidates[i].response) for i in with_ctx],
+        [
+            (candidates[i].question, candidates[i].context_chunks, candidates[i].response)
+            for i in with_ctx
+        ],
         encoder,
     )
     for i, result in zip(with_ctx, sgi, strict=True):
@@ -59,7 +62,9 @@ def score_candidates(
                 out[i] = DGIResult(0.0, 0.0, 1, True, "no reference direction in the policy")
         else:
             dgi = compute_dgi_batch(
-                [(candidates[i].question, candidates[i].response) for i in without], encoder, reference
+                [(candidates[i].question, candidates[i].response) for i in without],
+                encoder,
+                reference,
             )
             for i, result in zip(without, dgi, strict=True):
                 out[i] = result
@@ -92,10 +97,14 @@ class GeometryStage:
             )
             if route.mode is Mode.OFF:
                 emits += conclude(
-                    ctx, env, stage=self.name, action="skip", started=started,
+                    ctx,
+                    env,
+                    stage=self.name,
+                    action="skip",
+                    started=started,
                     reason="mode off: no verification, nothing is auto-accepted",
                     decided=Next.FALLBACK,
-                )  # fmt: skip
+                )
             elif expired(env.deadline, now):
                 emits += expire(self.name, env, ctx)
             else:
@@ -117,7 +126,10 @@ class GeometryStage:
             verdict = check(scored, ctx.policy.thresholds)
             result = scored.sgi if isinstance(scored, GroundingScore) else scored
             geometry = result.to_dict()
-            evidence: dict[str, Any] = {"geometry": geometry, "encoder": getattr(encoder, "model_id", "custom")}
+            evidence: dict[str, Any] = {
+                "geometry": geometry,
+                "encoder": getattr(encoder, "model_id", "custom"),
+            }
             if isinstance(scored, GroundingScore):
                 geometry["grounding"] = scored.to_dict()
                 evidence["grounding_probability"] = scored.value

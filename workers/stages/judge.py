@@ -17,9 +17,9 @@ from topics.names import Topic
 from topics.schema import Envelope
 from workers.llm_client import failure_kind
 from workers.settings import Settings
+from workers.stagekit import Emit, Inbound, StageContext, conclude
 from workers.stages.common import expire, open_envelopes
 from workers.stages.endpoints import EndpointPool, time_left
-from workers.stagekit import Emit, Inbound, StageContext, conclude
 
 
 class JudgeStage:
@@ -42,11 +42,19 @@ class JudgeStage:
         c = env.candidate
         if not self.pool.configured:
             return conclude(
-                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
-                reason="judge unavailable: no judge endpoint configured", gate="judge_unavailable",
-            )  # fmt: skip
+                ctx,
+                env,
+                stage=self.name,
+                action="escalate",
+                started=started,
+                decided=Next.REVIEW,
+                reason="judge unavailable: no judge endpoint configured",
+                gate="judge_unavailable",
+            )
         endpoint = self.pool.for_route(route)
-        timeout = time_left(env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds))
+        timeout = time_left(
+            env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds)
+        )
         readout, calls = await endpoint.judge(
             c.question, c.context_chunks, c.response, ctx.policy.judge, timeout=timeout
         )
@@ -68,11 +76,20 @@ class JudgeStage:
             verdict, "escalate"
         )
         return conclude(
-            ctx, env, stage=self.name, action=action, reason=reason, decided=decided,
-            started=started, score=score, method="judge", level=verdict.value,
-            evidence=evidence, breaker={"judge": endpoint.breaker_state.status.value},
+            ctx,
+            env,
+            stage=self.name,
+            action=action,
+            reason=reason,
+            decided=decided,
+            started=started,
+            score=score,
+            method="judge",
+            level=verdict.value,
+            evidence=evidence,
+            breaker={"judge": endpoint.breaker_state.status.value},
             gate=None if verdict is not JudgeVerdict.UNSURE else "judge_unsure",
-        )  # fmt: skip
+        )
 
     async def close(self) -> None:
         await self.pool.close()

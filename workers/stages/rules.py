@@ -13,8 +13,8 @@ from pipeline.routing import Next
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stages.common import open_envelopes
 from workers.stagekit import Emit, Inbound, StageContext, conclude
+from workers.stages.common import open_envelopes
 
 
 class RulesStage:
@@ -42,16 +42,35 @@ class RulesStage:
             decided, action, reason = Next.REVIEW, "escalate", f"rule violation: {', '.join(names)}"
         elif ctx.control.kill_switch and not human:
             return conclude(
-                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
-                reason="kill switch on: no automatic acceptance", gate="kill_switch", evidence=evidence,
-            )  # fmt: skip
+                ctx,
+                env,
+                stage=self.name,
+                action="escalate",
+                started=started,
+                decided=Next.REVIEW,
+                reason="kill switch on: no automatic acceptance",
+                gate="kill_switch",
+                evidence=evidence,
+            )
         else:
             decided, action = Next.STATE, "accept"
-            reason = "no rule violated" if not names else f"accepted by a person over: {', '.join(names)}"
+            reason = (
+                "no rule violated"
+                if not names
+                else f"accepted by a person over: {', '.join(names)}"
+            )
         return conclude(
-            ctx, env, stage=self.name, action=action, reason=reason, decided=decided,
-            started=started, method="rules", level=verdict.action.value, evidence=evidence,
-        )  # fmt: skip
+            ctx,
+            env,
+            stage=self.name,
+            action=action,
+            reason=reason,
+            decided=decided,
+            started=started,
+            method="rules",
+            level=verdict.action.value,
+            evidence=evidence,
+        )
 
     async def close(self) -> None:
         return None

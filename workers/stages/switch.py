@@ -14,8 +14,8 @@ from pipeline.sessions import SessionState, enter, leave
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stages.common import open_envelopes
 from workers.stagekit import Emit, Inbound, StageContext, conclude, key_of
+from workers.stages.common import open_envelopes
 
 _NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 
@@ -31,8 +31,9 @@ def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | N
     if isinstance(grounding, dict) and isinstance(result, SGIResult):
         features = grounding.get("features") or {}
         probability = float(grounding.get("probability", 0.0))
-        return GroundingScore(probability, result, features, flagged=result.flagged,
-                              flag_reason=result.flag_reason)  # fmt: skip
+        return GroundingScore(
+            probability, result, features, flagged=result.flagged, flag_reason=result.flag_reason
+        )
     return result
 
 
@@ -51,20 +52,33 @@ class SwitchStage:
         route = ctx.route_for(env.route)
         c = env.candidate
         key = key_of(c)
-        held, session = enter(SessionState.from_dict(ctx.sessions.get(key)), c.initiator, c.turn, route)
+        held, session = enter(
+            SessionState.from_dict(ctx.sessions.get(key)), c.initiator, c.turn, route
+        )
         if held:
             ctx.sessions[key] = session.to_dict()
             return conclude(
-                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.REVIEW,
-                reason="turn_latched: an earlier step of this turn escalated", gate="turn_latched",
-            )  # fmt: skip
+                ctx,
+                env,
+                stage=self.name,
+                action="escalate",
+                started=started,
+                decided=Next.REVIEW,
+                reason="turn_latched: an earlier step of this turn escalated",
+                gate="turn_latched",
+            )
         result = geometry_result(env)
         if result is None:
             ctx.sessions[key] = leave(session, True, c.turn).to_dict()
             return conclude(
-                ctx, env, stage=self.name, action="escalate", started=started, decided=Next.CONSISTENCY,
+                ctx,
+                env,
+                stage=self.name,
+                action="escalate",
+                started=started,
+                decided=Next.CONSISTENCY,
                 reason="no usable geometry on the envelope",
-            )  # fmt: skip
+            )
         decision = ctx.policy.switch(route).decide(result)
         escalated = decision.action is not SwitchAction.ACCEPT
         ctx.sessions[key] = leave(session, escalated, c.turn).to_dict()
