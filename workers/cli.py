@@ -267,6 +267,17 @@ def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: s
     click.echo(f"{record['candidate_id']}: {record['action']} by {by}")
 
 
+@main.command()
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+def dashboard(policy: str | None) -> None:
+    """Serve the live decisions dashboard (GROUNDSTREAM_WEB_HOST:PORT, 127.0.0.1 by default)."""
+    from workers.dashboard import run_dashboard
+
+    settings = _settings(policy)
+    _policy(settings)
+    run_dashboard(settings)
+
+
 @main.group()
 def control() -> None:
     """Operator controls on the control topic."""

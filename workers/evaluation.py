@@ -13,7 +13,7 @@ from workers.embedded import run_embedded
 from workers.ladder import build_ladder
 from workers.report import summarize, write_report
 from workers.settings import Settings
-from workers.verify import make_context
+from workers.verify import make_context, write_records
 
 
 def evaluate(
@@ -55,4 +55,6 @@ def evaluate(
     metrics["policy_version"] = policy.version
     if report_dir is not None:
         write_report(metrics, result.records, labels, report_dir)
+        with (report_dir / "records.jsonl").open("wb") as out:
+            write_records(result.records, out)
     return metrics

@@ -56,7 +56,7 @@ async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[An
         end = await consumer.end_offsets(list(partitions))
         records = []
         deadline = time.monotonic() + timeout
-        while any(await consumer.position(tp) < end[tp] for tp in partitions):
+        while [tp for tp in partitions if await consumer.position(tp) < end[tp]]:
             if time.monotonic() > deadline:
                 break
             batch = await consumer.getmany(timeout_ms=500)
