@@ -12,6 +12,19 @@ from aiokafka.errors import TopicAlreadyExistsError
 from topics.names import TOPIC_SPECS, TopicSpec
 
 
+async def missing_topics(
+    bootstrap_servers: str, prefix: str, specs: Iterable[TopicSpec] = TOPIC_SPECS
+) -> list[str]:
+    """Names of the ladder's topics that do not exist on the cluster yet."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    return [spec.topic.full(prefix) for spec in specs if spec.topic.full(prefix) not in existing]
+
+
 async def create_topics(
     bootstrap_servers: str,
     prefix: str,

@@ -120,12 +120,16 @@ def topics_create() -> None:
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
     from workers.ladder import STAGE_NAMES
-    from workers.runner import run_all, run_stage
+    from workers.runner import TopicsMissing, require_topics, run_all, run_stage
 
     if stage != "all" and stage not in STAGE_NAMES:
         raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
     settings = _settings(policy)
     _policy(settings)  # fail at start-up on a bad policy, naming the setting
+    try:
+        require_topics(settings)
+    except TopicsMissing as exc:
+        raise click.ClickException(str(exc)) from None
     if stage == "all":
         sys.exit(run_all(policy))
     run_stage(stage, settings)

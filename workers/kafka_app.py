@@ -69,6 +69,9 @@ def build_app(
         ctx.sessions = app.Table(
             "sessions",
             default=None,
+            # key_type too: without it faust sets the changelog key serializer to json,
+            # and recovery after a restart fails to decode the raw session-id keys.
+            key_type=bytes,
             schema=faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json"),
             partitions=settings.partitions,
             use_partitioner=True,

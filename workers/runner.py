@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import subprocess
 import sys
 import time
 
+from aiokafka.errors import KafkaError
+
+from topics.admin import missing_topics
 from workers.kafka_app import build_app, run_worker
 from workers.ladder import STAGE_NAMES, row
 from workers.settings import Settings
@@ -15,6 +19,26 @@ from workers.stagekit import StageContext
 from workers.telemetry import configure
 
 log = logging.getLogger("groundstream.runner")
+
+
+class TopicsMissing(RuntimeError):
+    """The broker cannot be reached or the ladder's topics do not exist: a worker would sit
+    idle (faust ignores missing source topics), so it refuses to start instead."""
+
+
+def require_topics(settings: Settings) -> None:
+    try:
+        missing = asyncio.run(missing_topics(settings.bootstrap_servers, settings.topic_prefix))
+    except KafkaError as exc:
+        raise TopicsMissing(
+            f"cannot reach Kafka at {settings.bootstrap_servers} "
+            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}"
+        ) from None
+    if missing:
+        raise TopicsMissing(
+            f"topics missing on {settings.bootstrap_servers}: {', '.join(missing)}; "
+            "run `groundstream topics create` first"
+        )
 
 
 def run_stage(name: str, settings: Settings) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ class Settings:
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     web_enabled: bool = False
-    web_token: str = ""
+    web_token: str = field(default="", repr=False)
     data_dir: str = ".groundstream"
     sampler_url: str = ""
     sampler_model: str = ""
@@ -109,6 +109,8 @@ class Settings:
     judge_url: str = ""
     judge_model: str = ""
     judge_timeout: float = 10.0
+    judge_api_key: str = field(default="", repr=False)
+    sampler_api_key: str = field(default="", repr=False)
     nli_model: str = ""
     log_level: str = "info"
     log_text: bool = False

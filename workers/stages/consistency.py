@@ -38,7 +38,9 @@ class ConsistencyStage:
     source = Topic.CONSISTENCY
 
     def __init__(self, settings: Settings) -> None:
-        self.pool = EndpointPool(settings.sampler_url, settings.sampler_model)
+        self.pool = EndpointPool(
+            settings.sampler_url, settings.sampler_model, settings.sampler_api_key
+        )
         self.timeout = settings.sampler_timeout
 
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:

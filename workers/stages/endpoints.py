@@ -9,8 +9,8 @@ from workers.llm_client import ChatEndpoint
 
 
 class EndpointPool:
-    def __init__(self, base_url: str, model: str) -> None:
-        self.base_url, self.model = base_url, model
+    def __init__(self, base_url: str, model: str, api_key: str = "") -> None:
+        self.base_url, self.model, self.api_key = base_url, model, api_key
         self._by_route: dict[str, ChatEndpoint] = {}
 
     @property
@@ -22,7 +22,9 @@ class EndpointPool:
             breaker = BreakerConfig(
                 threshold=route.breaker_threshold, cooldown_seconds=route.breaker_cooldown_seconds
             )
-            self._by_route[route.name] = ChatEndpoint(self.base_url, self.model, breaker)
+            self._by_route[route.name] = ChatEndpoint(
+                self.base_url, self.model, breaker, api_key=self.api_key or None
+            )
         return self._by_route[route.name]
 
     async def close(self) -> None:

@@ -27,7 +27,7 @@ class JudgeStage:
     source = Topic.JUDGE
 
     def __init__(self, settings: Settings) -> None:
-        self.pool = EndpointPool(settings.judge_url, settings.judge_model)
+        self.pool = EndpointPool(settings.judge_url, settings.judge_model, settings.judge_api_key)
         self.timeout = settings.judge_timeout
 
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
