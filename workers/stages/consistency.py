@@ -23,6 +23,7 @@ from workers.stagekit import Emit, Inbound, StageContext, conclude
 from workers.stages.common import expire, open_envelopes
 from workers.stages.endpoints import EndpointPool, time_left
 from workers.stages.geometry import stage_encoder
+from workers.stages.nli import load_nli
 
 
 def similarities(vectors: np.ndarray) -> np.ndarray:
@@ -38,6 +39,7 @@ class ConsistencyStage:
     source = Topic.CONSISTENCY
 
     def __init__(self, settings: Settings) -> None:
+        self.nli_model = settings.nli_model
         self.pool = EndpointPool(
             settings.sampler_url, settings.sampler_model, settings.sampler_api_key
         )
@@ -93,6 +95,7 @@ class ConsistencyStage:
             samples, budget = list(drawn.samples), drawn.budget_limit
         decision = await asyncio.to_thread(self._decide, env, samples, budget, ctx)
         evidence.update(decision.to_dict())
+        evidence["similarity"] = "nli" if self.nli_model else "embedding"
         return conclude(
             ctx,
             env,
@@ -108,17 +111,19 @@ class ConsistencyStage:
             breaker=breaker,
         )
 
-    @staticmethod
     def _decide(
-        env: Envelope, samples: list[str], budget: BudgetLimit, ctx: StageContext
+        self, env: Envelope, samples: list[str], budget: BudgetLimit, ctx: StageContext
     ) -> ConsistencyDecision:
         if not samples:
             empty = np.zeros((0,))
             return decide_consistency(
                 empty, np.zeros((0, 0)), [], ctx.policy.consistency, budget_limit=budget
             )
-        vectors = stage_encoder(ctx).encode([env.candidate.response, *samples])
-        sim = similarities(vectors)
+        texts = [env.candidate.response, *samples]
+        if self.nli_model:
+            sim = load_nli(self.nli_model).matrix(texts)
+        else:
+            sim = similarities(stage_encoder(ctx).encode(texts))
         return decide_consistency(
             sim[0, 1:], sim[1:, 1:], samples, ctx.policy.consistency, budget_limit=budget
         )
