@@ -1,0 +1,67 @@
+"""calibrate → policy file → verify and check() use the fitted cuts (real encoder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.check import check
+from pipeline.policy import load_policy
+from pipeline.results import SGIResult
+from topics.codec import loads
+
+from .harness import FIXTURES, cli, worker_env
+
+
+def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
+    policy_path = tmp_path / "policy.toml"
+    env = worker_env("127.0.0.1:1", "unused.", tmp_path / "data")
+    cli(
+        env,
+        "calibrate",
+        str(FIXTURES / "labelled.jsonl"),
+        "--reference",
+        str(FIXTURES / "reference_pairs.csv"),
+        "--max-accept-error",
+        "0.1",
+        "--out",
+        str(policy_path),
+    )
+    policy = load_policy(policy_path)
+    text = policy_path.read_text()
+    assert "groundstream calibrate" in text  # the file says how it was produced
+    assert policy.reference is not None and len(policy.reference) == 384
+    assert policy.grounding is not None
+    assert policy.calibration["n"] == 20
+    assert "labelled.jsonl" in policy.calibration["data"]
+    t = policy.thresholds
+    assert t.sgi_review <= t.sgi_strong_pass and t.grounding_review <= t.grounding_accept
+
+    # check() under the loaded policy agrees with the fitted cut exactly at the boundary.
+    at_cut = SGIResult(t.sgi_strong_pass, 0.0, 0.0, 0, 1)
+    assert check(at_cut, t).level.value == "ok"
+    below = SGIResult(t.sgi_review - 1e-9, 0.0, 0.0, 0, 1)
+    assert check(below, t).level.value == "risk"
+
+    out = tmp_path / "records.jsonl"
+    cli(
+        env,
+        "verify",
+        str(FIXTURES / "labelled.jsonl"),
+        "--policy",
+        str(policy_path),
+        "--out",
+        str(out),
+    )
+    records = [loads(line) for line in out.read_bytes().splitlines()]
+    switch = [r for r in records if r["stage"] == "switch"]
+    assert len(switch) == 20
+    assert {r["policy_version"] for r in records} == {policy.version}
+    for r in switch:
+        assert r["thresholds"]["grounding_accept"] == t.grounding_accept
+        assert r["method"] == "grounding"
+    # On its own training data the fitted policy separates: every right answer is scored
+    # above every hallucinated one it accepted.
+    accepted = {r["candidate_id"] for r in switch if r["action"] == "accept"}
+    assert any(cid.endswith("-right") for cid in accepted)
+    bad_accepted = [cid for cid in accepted if cid.endswith("-bad")]
+    assert len(bad_accepted) <= 1
