@@ -206,8 +206,9 @@ def calibrate(
 )
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 @click.option("--limit", type=int, default=None, help="Read at most N records.")
+@click.option("--skip", type=int, default=0, help="Leave out the first N records (held-out split).")
 def eval_command(
-    data: Path, report_dir: Path | None, policy: str | None, limit: int | None
+    data: Path, report_dir: Path | None, policy: str | None, limit: int | None, skip: int
 ) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput."""
     from workers.evaluation import evaluate
@@ -215,7 +216,13 @@ def eval_command(
 
     settings = _settings(policy)
     metrics = evaluate(
-        data, report_dir, settings, _policy(settings), limit=limit, progress=sys.stderr.isatty()
+        data,
+        report_dir,
+        settings,
+        _policy(settings),
+        limit=limit,
+        skip=skip,
+        progress=sys.stderr.isatty(),
     )
     click.echo(render_summary(metrics))
 

@@ -274,7 +274,11 @@ _CONVERTERS = {
 
 
 def load_labelled(
-    path: str | Path, *, limit: int | None = None, fmt: DatasetFormat | None = None
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    skip: int = 0,
+    fmt: DatasetFormat | None = None,
 ) -> list[LabelledCandidate]:
     """Read a labelled data file into candidates with labels, in file order.
 
@@ -283,6 +287,8 @@ def load_labelled(
         limit: read at most this many *source records*; formats with two answers per
             record (HaluEval QA, reference pairs) give up to twice as many candidates.
             ``None`` reads everything.
+        skip: leave out the first this many source records (for a held-out split: fit on
+            ``limit=N``, evaluate on ``skip=N``).
         fmt: skip detection and read the file as this format.
 
     Raises:
@@ -291,15 +297,19 @@ def load_labelled(
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None or >= 0, got {limit}")
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
     path = Path(path)
     out: list[LabelledCandidate] = []
     seen: set[str] = set()
     converter = _CONVERTERS[fmt] if fmt is not None else None
     for i, record in _read_records(path):
-        if limit is not None and i >= limit:
+        if limit is not None and i >= skip + limit:
             break
         if converter is None:
             converter = _CONVERTERS[detect_format(record)]
+        if i < skip:
+            continue
         for item in converter(i, record, f"{path.name} record {i}"):
             if item.id in seen:
                 raise ValueError(f"{path.name} record {i}: duplicate candidate id {item.id!r}")

@@ -23,9 +23,10 @@ def evaluate(
     policy: Policy,
     *,
     limit: int | None = None,
+    skip: int = 0,
     progress: bool = False,
 ) -> dict[str, Any]:
-    items = load_labelled(data, limit=limit)
+    items = load_labelled(data, limit=limit, skip=skip)
     labels = {i.id: i.grounded for i in items}
     lengths = {i.id: len(i.candidate["response"]) for i in items}
     stages = build_ladder(settings)
