@@ -102,7 +102,7 @@ def kafka_bootstrap() -> Iterator[str]:
 
     for tool in ("java", "mvn"):
         if shutil.which(tool) is None:
-            pytest.skip(f"no Kafka broker at {bootstrap} and no `{tool}` to start one")
+            pytest.fail(f"no Kafka broker at {bootstrap} and no `{tool}` to start one")
     # If local.sh already has a broker of ours (e.g. still starting), reuse it and
     # leave it running afterwards.
     already_ours = _local_sh("status", timeout=30).returncode == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -87,16 +88,29 @@ async def test_two_mib_message(kafka_bootstrap, topic_prefix, kafka_helpers):
     assert [r.value for r in records] == [payload]
 
 
-def _local_sh(*args: str) -> subprocess.CompletedProcess[str]:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _local_sh(
+    run_dir: Path, port: int, controller: int, *args: str
+) -> subprocess.CompletedProcess[str]:
     env = os.environ.copy()
     env.setdefault("GROUNDSTREAM_PYTHON", sys.executable)
+    env.update(
+        GROUNDSTREAM_KAFKA_DIR=str(run_dir),
+        KAFKA_PORT=str(port),
+        KAFKA_CONTROLLER_PORT=str(controller),
+    )
     return subprocess.run(
         [str(LOCAL_SH), *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         check=False,
     )
 
@@ -107,17 +121,27 @@ def _pid_from_status(out: str) -> int:
     return int(m.group(1))
 
 
-def test_local_sh_status_and_idempotent_start(kafka_bootstrap):
-    status = _local_sh("status")
-    if status.returncode != 0:
-        pytest.skip(f"the broker at {kafka_bootstrap} was not started by deploy/kafka/local.sh")
-    assert status.stdout.startswith("running"), status.stdout
-    pid = _pid_from_status(status.stdout)
+def test_local_sh_start_is_idempotent_and_stop_ends_only_its_broker(tmp_path: Path) -> None:
+    """A second broker of the test's own, on free ports and its own run dir."""
+    port, controller = _free_port(), _free_port()
+    sh = lambda *a: _local_sh(tmp_path / "run", port, controller, *a)  # noqa: E731
+    assert sh("status").returncode != 0, "nothing is running in a fresh run dir"
+    try:
+        first = sh("start")
+        assert first.returncode == 0, first.stderr
+        status = sh("status")
+        assert status.returncode == 0 and status.stdout.startswith("running"), status.stdout
+        pid = _pid_from_status(status.stdout)
+        assert f"127.0.0.1:{port}" in status.stdout
 
-    again = _local_sh("start")
-    assert again.returncode == 0, again.stderr
-    assert "already running" in again.stderr
-
-    status2 = _local_sh("status")
-    assert status2.returncode == 0
-    assert _pid_from_status(status2.stdout) == pid
+        again = sh("start")
+        assert again.returncode == 0, again.stderr
+        assert "already running" in again.stderr
+        assert _pid_from_status(sh("status").stdout) == pid
+    finally:
+        stopped = sh("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert sh("status").returncode != 0
+    # Gone, or a zombie its new parent has not reaped yet: either way no broker runs.
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    assert not cmdline.exists() or b"kafka.Kafka" not in cmdline.read_bytes()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import abc
+import asyncio
 import time
 from collections.abc import Sequence
 
 from pipeline.routing import Next, expired
+from topics.names import Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
 from workers.stagekit import Emit, Inbound, StageContext, conclude, deadletter
 
@@ -42,3 +45,26 @@ def expire(stage: str, env: Envelope, ctx: StageContext) -> list[Emit]:
         gate="deadline",
         started=time.perf_counter(),
     )
+
+
+class EnvelopeStage(abc.ABC):
+    """A stage that reads envelopes: decode, gate expired deadlines, decide each one.
+
+    Decisions of one batch run concurrently (model calls overlap); a decision without
+    awaits runs to completion in order, so per-session state sees the partition's order.
+    """
+
+    name: str
+    source: Topic
+
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        for result in await asyncio.gather(*(self.decide_one(env, ctx) for env in envelopes)):
+            emits += result
+        return emits
+
+    @abc.abstractmethod
+    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]: ...
+
+    async def close(self) -> None:
+        return None

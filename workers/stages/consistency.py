@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,8 +18,8 @@ from pipeline.routing import Next, expired
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.settings import Settings
-from workers.stagekit import Emit, Inbound, StageContext, conclude
-from workers.stages.common import expire, open_envelopes
+from workers.stagekit import Emit, StageContext, conclude
+from workers.stages.common import EnvelopeStage, expire
 from workers.stages.endpoints import EndpointPool, time_left
 from workers.stages.geometry import stage_encoder
 from workers.stages.nli import load_nli
@@ -34,7 +33,7 @@ def similarities(vectors: np.ndarray) -> np.ndarray:
     return v @ v.T
 
 
-class ConsistencyStage:
+class ConsistencyStage(EnvelopeStage):
     name = "consistency"
     source = Topic.CONSISTENCY
 
@@ -44,12 +43,6 @@ class ConsistencyStage:
             settings.sampler_url, settings.sampler_model, settings.sampler_api_key
         )
         self.timeout = settings.sampler_timeout
-
-    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
-        for result in await asyncio.gather(*(self.decide_one(env, ctx) for env in envelopes)):
-            emits += result
-        return emits
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()

@@ -7,9 +7,7 @@ deadline, so a slow endpoint never stalls the consumer past the judge timeout.""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
 
 from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
 from pipeline.routing import Next, expired, on_reject_destination
@@ -17,12 +15,12 @@ from topics.names import Topic
 from topics.schema import Envelope
 from workers.llm_client import failure_kind
 from workers.settings import Settings
-from workers.stagekit import Emit, Inbound, StageContext, conclude
-from workers.stages.common import expire, open_envelopes
+from workers.stagekit import Emit, StageContext, conclude
+from workers.stages.common import EnvelopeStage, expire
 from workers.stages.endpoints import EndpointPool, time_left
 
 
-class JudgeStage:
+class JudgeStage(EnvelopeStage):
     name = "judge"
     source = Topic.JUDGE
 
@@ -30,13 +28,7 @@ class JudgeStage:
         self.pool = EndpointPool(settings.judge_url, settings.judge_model, settings.judge_api_key)
         self.timeout = settings.judge_timeout
 
-    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
-        for result in await asyncio.gather(*(self.judge_one(env, ctx) for env in envelopes)):
-            emits += result
-        return emits
-
-    async def judge_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
         c = env.candidate

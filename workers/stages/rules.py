@@ -7,27 +7,20 @@ review-severity hits, which that person has seen, but never a reject-severity ru
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from pipeline.routing import Next
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stagekit import Emit, Inbound, StageContext, conclude
-from workers.stages.common import open_envelopes
+from workers.stagekit import Emit, StageContext, conclude
+from workers.stages.common import EnvelopeStage
 
 
-class RulesStage:
+class RulesStage(EnvelopeStage):
     name = "rules"
     source = Topic.RULES
 
-    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
-        for env in envelopes:
-            emits += self.decide(env, ctx)
-        return emits
-
-    def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         c = env.candidate
         verdict = evaluate_rules(
@@ -71,6 +64,3 @@ class RulesStage:
             level=verdict.action.value,
             evidence=evidence,
         )
-
-    async def close(self) -> None:
-        return None

@@ -5,7 +5,6 @@ Also the session gate: a step of a latched turn is held for review (`turn_latche
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
@@ -14,8 +13,8 @@ from pipeline.sessions import SessionState, enter, leave
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stagekit import Emit, Inbound, StageContext, conclude, key_of
-from workers.stages.common import open_envelopes
+from workers.stagekit import Emit, StageContext, conclude, key_of
+from workers.stages.common import EnvelopeStage
 
 _NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 
@@ -37,17 +36,11 @@ def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | N
     return result
 
 
-class SwitchStage:
+class SwitchStage(EnvelopeStage):
     name = "switch"
     source = Topic.SCORED
 
-    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
-        for env in envelopes:
-            emits += self.decide(env, ctx)
-        return emits
-
-    def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
         c = env.candidate
@@ -97,6 +90,3 @@ class SwitchStage:
             evidence={"check": decision.check.render()},
             thresholds=ctx.policy.thresholds_dict(),
         )
-
-    async def close(self) -> None:
-        return None
