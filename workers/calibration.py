@@ -9,6 +9,7 @@ a policy can always say where its numbers came from.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -132,7 +133,17 @@ def calibrate(
         )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}
-    version = f"{now:%Y.%m.%d}-{next(iter(sorted(hashes.values())))[:8]}"
+    # The version names the fit: same data, options and encoder give the same suffix.
+    fingerprint = repr(
+        (
+            sorted(hashes.items()),
+            limit,
+            max_accept_error,
+            encoder.model_id,
+            reference and file_sha256(reference),
+        )
+    )
+    version = f"{now:%Y.%m.%d}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:8]}"
     policy: dict[str, Any] = {
         "policy": {
             "version": version,
