@@ -10,6 +10,7 @@ rather than on a message.
 from __future__ import annotations
 
 import hashlib
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -150,9 +151,13 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
     )
 
 
+POLICY_ENV = "GROUNDSTREAM_POLICY"
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Read and validate a policy file (the shipped default when `path` is None)."""
-    file = Path(path) if path else DEFAULT_POLICY_PATH
+    """Read and validate a policy file: `path`, else $GROUNDSTREAM_POLICY, else the shipped
+    default — so `check(score, load_policy().thresholds)` agrees with the workers."""
+    file = Path(path or os.environ.get(POLICY_ENV) or DEFAULT_POLICY_PATH)
     try:
         raw = file.read_bytes()
     except OSError as exc:

@@ -22,5 +22,5 @@ def _default() -> tuple[float, ...]:
 
 
 def default_reference() -> np.ndarray:
-    """μ̂ from the shipped default policy, as a float64 unit vector (a fresh copy)."""
+    """μ̂ from the active policy (GROUNDSTREAM_POLICY, else the shipped default), float64."""
     return np.array(_default(), dtype=np.float64)

@@ -231,3 +231,14 @@ max_response_chars = 500
         a = load_policy(write(tmp_path, '[policy]\nversion = "a"\n'))
         b = load_policy(write(tmp_path, '[policy]\nversion = "b"\n'))
         assert a.sha256 != b.sha256
+
+
+def test_load_policy_without_a_path_honours_the_environment(tmp_path, monkeypatch) -> None:
+    custom = tmp_path / "custom.toml"
+    custom.write_text('[policy]\nversion = "from-env"\n[thresholds]\nsgi_strong_pass = 1.5\n')
+    monkeypatch.setenv("GROUNDSTREAM_POLICY", str(custom))
+    policy = load_policy()
+    assert policy.version == "from-env"
+    assert policy.thresholds.sgi_strong_pass == 1.5
+    monkeypatch.delenv("GROUNDSTREAM_POLICY")
+    assert load_policy().version != "from-env"
