@@ -63,6 +63,7 @@ def verify_file(
         write_records(result.records, sys.stdout.buffer)
         sys.stdout.flush()
     else:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
         with out_file.open("wb") as out:
             write_records(result.records, out)
     return Counter(r["topic"] for r in result.records if "topic" in r)
