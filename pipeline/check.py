@@ -47,6 +47,12 @@ class Check:
 Score = SGIResult | DGIResult | GroundingScore
 
 
+def _cut(value: float) -> str:
+    """A threshold for the audit text: at most four decimals, at least one (2.0, 0.4543)."""
+    text = f"{value:.4f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
 def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
     """The canonical check of a score under `thresholds` (the seed's cuts by default)."""
     t = thresholds or Thresholds()
@@ -78,7 +84,7 @@ def _check_sgi(value: float, t: Thresholds) -> Check:
             "Supported by the document",
             Level.OK,
             "The response sits closer to the context than to the question.",
-            f"SGI {value:.3f} >= strong pass {t.sgi_strong_pass}",
+            f"SGI {value:.3f} >= strong pass {_cut(t.sgi_strong_pass)}",
             "sgi",
             value,
             False,
@@ -89,7 +95,7 @@ def _check_sgi(value: float, t: Thresholds) -> Check:
             Level.REVIEW,
             "Geometry is ambiguous: the response is about as close to the question as to "
             "the context.",
-            f"SGI {value:.3f} in [{t.sgi_review}, {t.sgi_strong_pass})",
+            f"SGI {value:.3f} in [{_cut(t.sgi_review)}, {_cut(t.sgi_strong_pass)})",
             "sgi",
             value,
             True,
@@ -98,7 +104,7 @@ def _check_sgi(value: float, t: Thresholds) -> Check:
         "Not supported by the document",
         Level.RISK,
         "The response has drifted away from the context it was given.",
-        f"SGI {value:.3f} < review {t.sgi_review}",
+        f"SGI {value:.3f} < review {_cut(t.sgi_review)}",
         "sgi",
         value,
         False,
@@ -111,7 +117,7 @@ def _check_dgi(value: float, t: Thresholds) -> Check:
             "Moves like a grounded answer",
             Level.OK,
             "With no source, the answer's displacement follows the grounded reference direction.",
-            f"DGI {value:.3f} >= pass {t.dgi_pass}",
+            f"DGI {value:.3f} >= pass {_cut(t.dgi_pass)}",
             "dgi",
             value,
             False,
@@ -120,7 +126,7 @@ def _check_dgi(value: float, t: Thresholds) -> Check:
         "Possibly fabricated",
         Level.RISK,
         "With no source, the answer's displacement does not follow grounded answers.",
-        f"DGI {value:.3f} < pass {t.dgi_pass}",
+        f"DGI {value:.3f} < pass {_cut(t.dgi_pass)}",
         "dgi",
         value,
         False,
@@ -133,7 +139,7 @@ def _check_grounding(value: float, t: Thresholds) -> Check:
             "Supported by the document",
             Level.OK,
             "Geometry and source support together say the response comes from the context.",
-            f"P(grounded) {value:.3f} >= accept {t.grounding_accept}",
+            f"P(grounded) {value:.3f} >= accept {_cut(t.grounding_accept)}",
             "grounding",
             value,
             False,
@@ -143,7 +149,7 @@ def _check_grounding(value: float, t: Thresholds) -> Check:
             "Partly supported",
             Level.REVIEW,
             "Part of the response is not backed by the context; a later stage must decide.",
-            f"P(grounded) {value:.3f} in [{t.grounding_review}, {t.grounding_accept})",
+            f"P(grounded) {value:.3f} in [{_cut(t.grounding_review)}, {_cut(t.grounding_accept)})",
             "grounding",
             value,
             True,
@@ -152,7 +158,7 @@ def _check_grounding(value: float, t: Thresholds) -> Check:
         "Not supported by the document",
         Level.RISK,
         "Much of the response is not backed by the context it was given.",
-        f"P(grounded) {value:.3f} < review {t.grounding_review}",
+        f"P(grounded) {value:.3f} < review {_cut(t.grounding_review)}",
         "grounding",
         value,
         False,
