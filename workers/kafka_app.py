@@ -40,7 +40,7 @@ def build_app(
         autodiscover=False,
         datadir=str(settings.data_path(stage.name)),
         web_enabled=settings.web_enabled,
-        web_host=settings.web_host,  # faust binds 0.0.0.0 unless told
+        web_host=settings.web_host,  # faust would otherwise listen on every interface
         web_port=settings.web_port,
         web_bind=settings.web_host,
         topic_partitions=settings.partitions,

@@ -6,6 +6,7 @@ import abc
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from pipeline.routing import Next, expired
 from topics.names import Topic
@@ -33,18 +34,26 @@ def open_envelopes(
     return usable, emits
 
 
-def expire(stage: str, env: Envelope, ctx: StageContext) -> list[Emit]:
-    """Fail closed on an expired deadline: a person decides; never accepted."""
+def hold_for_review(
+    stage: str, env: Envelope, ctx: StageContext, *, reason: str, gate: str, **record: Any
+) -> list[Emit]:
+    """Fail closed: a gate stopped automatic handling, so a person decides."""
+    record.setdefault("started", time.perf_counter())
     return conclude(
         ctx,
         env,
         stage=stage,
         action="escalate",
-        reason="deadline",
         decided=Next.REVIEW,
-        gate="deadline",
-        started=time.perf_counter(),
+        reason=reason,
+        gate=gate,
+        **record,
     )
+
+
+def expire(stage: str, env: Envelope, ctx: StageContext) -> list[Emit]:
+    """An expired deadline is never accepted."""
+    return hold_for_review(stage, env, ctx, reason="deadline", gate="deadline")
 
 
 class EnvelopeStage(abc.ABC):

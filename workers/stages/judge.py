@@ -16,7 +16,7 @@ from topics.schema import Envelope
 from workers.llm_client import failure_kind
 from workers.settings import Settings
 from workers.stagekit import Emit, StageContext, conclude
-from workers.stages.common import EnvelopeStage, expire
+from workers.stages.common import EnvelopeStage, expire, hold_for_review
 from workers.stages.endpoints import EndpointPool, time_left
 
 
@@ -33,15 +33,13 @@ class JudgeStage(EnvelopeStage):
         route = ctx.route_for(env.route)
         c = env.candidate
         if not self.pool.configured:
-            return conclude(
-                ctx,
+            return hold_for_review(
+                self.name,
                 env,
-                stage=self.name,
-                action="escalate",
+                ctx,
                 started=started,
-                decided=Next.REVIEW,
-                reason="judge unavailable: no judge endpoint configured",
                 gate="judge_unavailable",
+                reason="judge unavailable: no judge endpoint configured",
             )
         endpoint = self.pool.for_route(route)
         timeout = time_left(

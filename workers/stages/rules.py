@@ -13,7 +13,7 @@ from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stagekit import Emit, StageContext, conclude
-from workers.stages.common import EnvelopeStage
+from workers.stages.common import EnvelopeStage, hold_for_review
 
 
 class RulesStage(EnvelopeStage):
@@ -34,16 +34,14 @@ class RulesStage(EnvelopeStage):
         elif verdict.action is RulesAction.REVIEW and not human:
             decided, action, reason = Next.REVIEW, "escalate", f"rule violation: {', '.join(names)}"
         elif ctx.control.kill_switch and not human:
-            return conclude(
-                ctx,
+            return hold_for_review(
+                self.name,
                 env,
-                stage=self.name,
-                action="escalate",
+                ctx,
                 started=started,
-                decided=Next.REVIEW,
-                reason="kill switch on: no automatic acceptance",
                 gate="kill_switch",
                 evidence=evidence,
+                reason="kill switch on: no automatic acceptance",
             )
         else:
             decided, action = Next.STATE, "accept"

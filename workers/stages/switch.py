@@ -14,7 +14,7 @@ from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stagekit import Emit, StageContext, conclude, key_of
-from workers.stages.common import EnvelopeStage
+from workers.stages.common import EnvelopeStage, hold_for_review
 
 _NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 
@@ -50,15 +50,13 @@ class SwitchStage(EnvelopeStage):
         )
         if held:
             ctx.sessions[key] = session.to_dict()
-            return conclude(
-                ctx,
+            return hold_for_review(
+                self.name,
                 env,
-                stage=self.name,
-                action="escalate",
+                ctx,
                 started=started,
-                decided=Next.REVIEW,
-                reason="turn_latched: an earlier step of this turn escalated",
                 gate="turn_latched",
+                reason="turn_latched: an earlier step of this turn escalated",
             )
         result = geometry_result(env)
         if result is None:
