@@ -52,3 +52,11 @@ def leave(state: SessionState, escalated: bool, turn: int) -> SessionState:
     if escalated and not state.latched:
         return SessionState(state.turn, True, turn)
     return state
+
+
+def observe_outcome(state: SessionState, turn: int, escalated: bool) -> SessionState:
+    """Fold a later stage's final outcome into the session: a step that ended anywhere but
+    `state` latches its turn, unless the session has already moved on to a later turn."""
+    if not escalated or turn < state.turn or state.latched:
+        return state
+    return SessionState(turn, True, turn)

@@ -38,10 +38,15 @@ class EmbeddedBus:
         self.queues: dict[Topic, deque[Inbound]] = defaultdict(deque)
         self.offsets: dict[Topic, int] = defaultdict(int)
         self.result = EmbeddedResult()
+        # Stages that follow the decisions stream, as the switch's session latch does.
+        self.observers = [s for s in self.stages if hasattr(s, "observe")]
 
     def publish(self, emit: Emit) -> None:
         if emit.topic is Topic.DECISIONS:
-            self.result.records.append(loads(emit.value))
+            record = loads(emit.value)
+            self.result.records.append(record)
+            for stage in self.observers:
+                stage.observe(record, self.ctx)  # type: ignore[attr-defined]
             return
         if emit.topic in TERMINAL:
             self.result.outputs[emit.topic].append(emit)

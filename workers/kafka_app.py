@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import faust
 
+from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.control import ControlListener
 from workers.settings import Settings
@@ -101,6 +102,22 @@ def build_app(
                     ]
                 telemetry.count(emits)
                 await send_all(emits)
+
+    if stateful:
+        # The same app follows the decisions stream (co-partitioned with its source by the
+        # session key), so an escalation decided further up the ladder latches the turn too.
+        @app.agent(out[Topic.DECISIONS], concurrency=1, name=f"{stage.name}-outcomes")
+        async def follow_outcomes(stream: faust.StreamT) -> None:
+            async for events in stream.take_events(
+                settings.batch_size, within=settings.batch_within
+            ):
+                for event in events:
+                    try:
+                        record = loads(event.value)
+                    except ValueError:
+                        continue
+                    if isinstance(record, dict):
+                        stage.observe(record, ctx)  # type: ignore[attr-defined]
 
     listener = ControlListener(
         settings.bootstrap_servers,

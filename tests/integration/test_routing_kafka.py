@@ -610,3 +610,28 @@ def test_switch_restart_keeps_session_state(ladder: Ladder) -> None:
     got = ladder.wait([(u2["id"], "outcome"), (a2["id"], "outcome")])
     assert got[(u2["id"], "outcome")]["topic"] == Topic.STATE.value
     assert got[(a2["id"], "outcome")]["topic"] == Topic.STATE.value
+
+
+def test_an_escalation_decided_by_the_judge_latches_the_turn(ladder: Ladder) -> None:
+    """The switch follows the decisions stream: a user step that the judge turns down
+    latches its turn, so the next agent step of that turn is held although it would
+    accept on its own; the next user turn releases it."""
+    judge = ladder.judge
+    judge.script.clear()
+    judge.push(Verdict(p_yes=0.02))
+    user = judge_envelope("latch", tag="late-u1")
+    ladder.send_to_judge(user)
+    cid = user.candidate.id
+    out = ladder.wait([(cid, "outcome")], timeout=60)[(cid, "outcome")]
+    assert out["topic"] == Topic.FALLBACK.value and out["decided_action"] == "fallback"
+    time.sleep(3)  # the switch's outcome follower polls every batch_within; leave it a margin
+
+    session = user.candidate.session_id
+    agent = candidate(route="latch", session=session, turn=1, initiator="agent", tag="late-a1")
+    nxt = candidate(route="latch", session=session, turn=2, initiator="user", tag="late-u2")
+    ladder.send(agent, nxt)
+    got = ladder.wait([(c["id"], s) for c in (agent, nxt) for s in ("switch", "outcome")])
+    assert _held(got[(agent["id"], "switch")]), got[(agent["id"], "switch")]
+    assert got[(agent["id"], "outcome")]["topic"] == Topic.REVIEW.value
+    assert got[(nxt["id"], "switch")]["action"] == "accept"
+    assert got[(nxt["id"], "outcome")]["topic"] == Topic.STATE.value

@@ -372,6 +372,20 @@ class TestSessions:
         assert result.outcomes()["a2"]["topic"] == "state"
         assert_invariants(result, 4)
 
+    async def test_an_escalation_decided_later_on_the_ladder_latches_the_turn(self):
+        ctx, _ = make_ctx()
+        # The switch accepts u1; the rules hold it for review (an unsupported name).
+        first = await run([cand("u1", R_NAMED, session_id="S", turn=1)], ctx)
+        assert record_of(first, "u1", "switch")["action"] == "accept"
+        assert first.outcomes()["u1"]["topic"] == "escalations.review"
+        # The agent step of that turn would accept on its own; the latch holds it.
+        second = await run([cand("a1", R_ACCEPT, session_id="S", turn=1, initiator="agent")], ctx)
+        assert record_of(second, "a1", "switch")["gate"] == "turn_latched"
+        assert second.outputs[Topic.STATE] == []
+        # The next user turn releases it.
+        third = await run([cand("u2", R_ACCEPT, session_id="S", turn=2)], ctx)
+        assert third.outcomes()["u2"]["topic"] == "state"
+
     async def test_latch_escalation_holds_the_next_user_turn(self):
         ctx, _ = make_ctx({"routes": {"default": {"latch_escalation": True}}})
         steps = [

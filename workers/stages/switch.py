@@ -9,7 +9,7 @@ import time
 from pipeline.grounding import GroundingScore
 from pipeline.results import DGIResult, SGIResult
 from pipeline.routing import Next, on_reject_destination
-from pipeline.sessions import SessionState, enter, leave
+from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
@@ -88,3 +88,18 @@ class SwitchStage(EnvelopeStage):
             evidence={"check": decision.check.render()},
             thresholds=ctx.policy.thresholds_dict(),
         )
+
+    def observe(self, record: dict, ctx: StageContext) -> None:
+        """A final outcome from further up the ladder: an escalation latches its turn too."""
+        # Shadow serves every outcome as fallback: what counts is what was decided.
+        if record.get("stage") != "outcome" or record.get("decided_action") in ("accept", "skip"):
+            return
+        session = str(record.get("session_id", ""))
+        turn = record.get("turn")
+        if not session or not isinstance(turn, int) or record.get("topic") == "deadletter":
+            return
+        key = session.encode("utf-8")
+        state = SessionState.from_dict(ctx.sessions.get(key))
+        updated = observe_outcome(state, turn, escalated=True)  # filtered above
+        if updated != state:
+            ctx.sessions[key] = updated.to_dict()
