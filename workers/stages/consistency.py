@@ -40,7 +40,7 @@ class ConsistencyStage(EnvelopeStage):
     def __init__(self, settings: Settings) -> None:
         self.nli_model = settings.nli_model
         self.pool = EndpointPool(
-            settings.sampler_url, settings.sampler_model, settings.sampler_api_key
+            "sampler", settings.sampler_url, settings.sampler_model, settings.sampler_api_key
         )
         self.timeout = settings.sampler_timeout
 

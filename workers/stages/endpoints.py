@@ -3,15 +3,32 @@ route's `breaker_threshold` and `breaker_cooldown_seconds` apply to its own traf
 
 from __future__ import annotations
 
-from pipeline.breaker import BreakerConfig
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from pipeline.breaker import BreakerConfig, BreakerStatus
 from pipeline.routing import RouteConfig
 from workers.llm_client import ChatEndpoint
 
 
 class EndpointPool:
-    def __init__(self, base_url: str, model: str, api_key: str = "") -> None:
-        self.base_url, self.model, self.api_key = base_url, model, api_key
+    def __init__(
+        self, kind: str, base_url: str, model: str, api_key: str = "", meter: Meter | None = None
+    ) -> None:
+        self.kind, self.base_url, self.model, self.api_key = kind, base_url, model, api_key
         self._by_route: dict[str, ChatEndpoint] = {}
+        (meter or metrics.get_meter("groundstream")).create_observable_gauge(
+            f"groundstream.breaker.{kind}.open",
+            callbacks=[self._observe],
+            description="1 while the route's breaker to this endpoint is open or half-open",
+        )
+
+    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        for route, endpoint in self._by_route.items():
+            is_open = endpoint.breaker_state.status is not BreakerStatus.CLOSED
+            yield Observation(int(is_open), {"route": route})
 
     @property
     def configured(self) -> bool:

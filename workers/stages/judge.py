@@ -25,7 +25,9 @@ class JudgeStage(EnvelopeStage):
     source = Topic.JUDGE
 
     def __init__(self, settings: Settings) -> None:
-        self.pool = EndpointPool(settings.judge_url, settings.judge_model, settings.judge_api_key)
+        self.pool = EndpointPool(
+            "judge", settings.judge_url, settings.judge_model, settings.judge_api_key
+        )
         self.timeout = settings.judge_timeout
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
