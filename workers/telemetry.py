@@ -1,8 +1,8 @@
 """Tracing and metrics with the OpenTelemetry SDK.
 
-One span per stage batch, counters of emits by topic, and a histogram of batch latency.
-Spans are exported over OTLP/HTTP when GROUNDSTREAM_OTLP_ENDPOINT is set; otherwise the
-SDK records nothing outside the process. Raw answer text never goes into an attribute.
+One span per stage batch, counters of emits by topic, a histogram of batch latency, and a
+gauge per endpoint breaker. Spans and metrics are exported over OTLP/HTTP when
+GROUNDSTREAM_OTLP_ENDPOINT is set; otherwise nothing leaves the process. Raw answer text never goes into an attribute.
 """
 
 from __future__ import annotations
@@ -37,7 +37,14 @@ def configure(service: str, otlp_endpoint: str = "") -> None:
             BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp_endpoint.rstrip('/')}/v1/traces"))
         )
     trace.set_tracer_provider(provider)
-    metrics.set_meter_provider(MeterProvider(resource=resource))
+    readers = []
+    if otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        exporter = OTLPMetricExporter(endpoint=f"{otlp_endpoint.rstrip('/')}/v1/metrics")
+        readers.append(PeriodicExportingMetricReader(exporter))
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
     _configured = True
 
 
