@@ -2,7 +2,8 @@
 
 One span per stage batch, counters of emits by topic, a histogram of batch latency, and a
 gauge per endpoint breaker. Spans and metrics are exported over OTLP/HTTP when
-GROUNDSTREAM_OTLP_ENDPOINT is set; otherwise nothing leaves the process. Raw answer text never goes into an attribute.
+GROUNDSTREAM_OTLP_ENDPOINT is set; otherwise nothing leaves the process. Raw answer text
+never goes into an attribute.
 """
 
 from __future__ import annotations
