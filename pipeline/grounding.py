@@ -23,7 +23,7 @@ from pipeline.errors import PolicyError, ScoringError
 from pipeline.results import SGIResult
 from pipeline.support import measure_support, ngram_precision
 
-FEATURES: tuple[str, ...] = (
+BASE_FEATURES: tuple[str, ...] = (
     "log_sgi",
     "content_coverage",
     "min_sentence_coverage",
@@ -34,7 +34,12 @@ FEATURES: tuple[str, ...] = (
     "coverage_x_trigram",
     "fully_supported",
 )
-"""Feature order of the model's coefficients."""
+MULTI = "multi_window_source"
+FEATURES: tuple[str, ...] = (*BASE_FEATURES, MULTI, *(f"{name}:multi" for name in BASE_FEATURES))
+"""Feature order of the model's coefficients. Every base feature also enters once more
+multiplied by `multi_window_source` (1 when the context is longer than one encoder window):
+word coverage means something else against one passage than against a long, multi-passage
+source, where common words are found by chance, so the two get their own weights."""
 
 _CAP = 3  # counts of unsupported items beyond this add no information
 
@@ -47,7 +52,7 @@ def grounding_features(
     trigram = ngram_precision(response, context, 3)
     numbers = min(len(report.unsupported_numbers), _CAP)
     names = min(len(report.unsupported_names), _CAP)
-    return {
+    base = {
         "log_sgi": math.log(max(sgi.value, 1e-3)),
         "content_coverage": report.content_coverage,
         "min_sentence_coverage": report.min_sentence_coverage,
@@ -57,6 +62,12 @@ def grounding_features(
         "trigram_precision": trigram,
         "coverage_x_trigram": report.content_coverage * trigram,
         "fully_supported": float(numbers == 0 and names == 0),
+    }
+    multi = float(sgi.context_windows > 1)
+    return {
+        **base,
+        MULTI: multi,
+        **{f"{name}:multi": value * multi for name, value in base.items()},
     }
 
 

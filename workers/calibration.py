@@ -23,7 +23,7 @@ import tomli_w
 
 from pipeline.calibrate import fit_reference_direction, fit_thresholds_from_scores
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
-from pipeline.grounding import fit_grounding, grounding_features
+from pipeline.grounding import FEATURES, fit_grounding, grounding_features
 from pipeline.routing import ACTIVE_APPROVAL
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
 from workers.datasets import LabelledCandidate, file_sha256, load_labelled
@@ -136,6 +136,7 @@ def calibrate(
     # The version names the fit: same data, options and encoder give the same suffix.
     fingerprint = repr(
         (
+            FEATURES,
             sorted(hashes.items()),
             limit,
             max_accept_error,
