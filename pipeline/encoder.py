@@ -58,8 +58,6 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
-        self.cache_hits = 0
-        self.cache_misses = 0
 
     @property
     def dimension(self) -> int:
@@ -77,8 +75,6 @@ class SentenceEncoder:
         for key, text in zip(keys, texts, strict=True):
             if key not in self._cache and key not in missing:
                 missing[key] = text
-        self.cache_misses += len(missing)
-        self.cache_hits += len(texts) - len(missing)
         if missing:
             fresh = self.encode_uncached(list(missing.values()))
             for key, row in zip(missing, fresh, strict=True):

@@ -45,7 +45,6 @@ class ControlListener:
     def __init__(self, bootstrap: str, topic: str, state: ControlState, poll: float = 0.5) -> None:
         self.bootstrap, self.topic, self.state, self.poll = bootstrap, topic, state, poll
         self._task: asyncio.Task[None] | None = None
-        self.ready = asyncio.Event()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="groundstream-control")
@@ -65,7 +64,6 @@ class ControlListener:
                     for records in batches.values():
                         for rec in records:
                             apply_control(self.state, rec.key, rec.value)
-                    self.ready.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broker hiccup must not end the listener

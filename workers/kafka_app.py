@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import faust
 
@@ -147,11 +146,6 @@ def _inbound(event: faust.EventT) -> Inbound:
     )
 
 
-def run_worker(app: faust.App, loglevel: str, on_stop: Callable[[], None] | None = None) -> None:
+def run_worker(app: faust.App, loglevel: str) -> None:
     """Run a faust app in this process until it is stopped (SIGINT/SIGTERM)."""
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
-    try:
-        worker.execute_from_commandline()
-    finally:
-        if on_stop is not None:
-            on_stop()
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
