@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 from pipeline.policy import Policy
 from workers.datasets import load_labelled
-from workers.embedded import run_embedded
-from workers.ladder import build_ladder
 from workers.report import summarize, write_report
 from workers.settings import Settings
-from workers.verify import make_context, write_records
+from workers.verify import run_lines, write_records
 
 
 def evaluate(
@@ -29,27 +26,10 @@ def evaluate(
     items = load_labelled(data, limit=limit, skip=skip)
     labels = {i.id: i.grounded for i in items}
     lengths = {i.id: len(i.candidate["response"]) for i in items}
-    stages = build_ladder(settings)
-    ctx = make_context(settings, policy)
-    candidates = [i.candidate for i in items]
     started = time.perf_counter()
-    if progress:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"eval {data.name}", total=len(items))
-
-            def on_batch(stage: str, n: int) -> None:
-                if stage == "geometry":
-                    bar.advance(task, n)
-
-            result = asyncio.run(
-                run_embedded(
-                    candidates, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch
-                )
-            )
-    else:
-        result = asyncio.run(run_embedded(candidates, stages, ctx, batch_size=settings.batch_size))
+    result = run_lines(
+        [i.candidate for i in items], settings, policy, progress, label=f"eval {data.name}"
+    )
     elapsed = time.perf_counter() - started
     metrics = summarize(result.records, labels, lengths, elapsed)
     metrics["data"] = data.name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -30,8 +31,13 @@ def make_context(settings: Settings, policy: Policy) -> StageContext:
 
 
 def run_lines(
-    lines: list[bytes], settings: Settings, policy: Policy, progress: bool
+    lines: Sequence[bytes | dict],
+    settings: Settings,
+    policy: Policy,
+    progress: bool,
+    label: str = "geometry",
 ) -> EmbeddedResult:
+    """The embedded ladder over raw candidate lines (or dicts), with a progress bar if asked."""
     stages = build_ladder(settings)
     ctx = make_context(settings, policy)
     if not progress:
@@ -39,7 +45,7 @@ def run_lines(
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
-        task = bar.add_task("geometry", total=len(lines))
+        task = bar.add_task(label, total=len(lines))
 
         def on_batch(stage: str, n: int) -> None:
             if stage == "geometry":
