@@ -44,7 +44,15 @@ from enum import StrEnum
 
 from pipeline.errors import ScoringError
 
-__all__ = ["META_WORDS", "STOP_WORDS", "Span", "SupportReport", "measure_support", "stem"]
+__all__ = [
+    "LOCAL_WINDOW",
+    "META_WORDS",
+    "STOP_WORDS",
+    "Span",
+    "SupportReport",
+    "measure_support",
+    "stem",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +73,11 @@ class SupportReport:
     ``n_content`` counts those content words (occurrences), ``n_given`` the content words
     that the question already supplies. ``sentence_coverage`` holds the same share per
     response sentence (naive split, in order; 1.0 for a sentence with no content word),
-    ``sentence_spans`` the sentences themselves.
+    ``sentence_spans`` the sentences themselves. ``sentence_local_coverage`` is each
+    sentence's share of content words found within the best ``LOCAL_WINDOW`` consecutive
+    source sentences (1.0 for a sentence with no content word): a claim stitched together
+    from words scattered over a long source is covered, but not locally.
+    ``sentence_content`` counts each sentence's content words (0: it claims nothing).
     """
 
     content_coverage: float
@@ -78,6 +90,8 @@ class SupportReport:
     given_words: tuple[Span, ...] = ()
     n_given: int = 0
     sentence_spans: tuple[Span, ...] = ()
+    sentence_local_coverage: tuple[float, ...] = ()
+    sentence_content: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -148,6 +162,10 @@ _NAME_CONNECTORS: frozenset[str] = frozenset({
 })
 # fmt: on
 """Lower-case words allowed inside a multi-word name ("Bank of America")."""
+
+LOCAL_WINDOW = 3
+"""Consecutive source sentences a response sentence's words are looked for in by the
+local coverage: a statement and its neighbours, as a reader would check a claim."""
 
 _MIN_CONTENT_LEN = 3
 """Words shorter than this never count as content ("an", "TV" as a word — acronyms are
@@ -348,9 +366,18 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
 
     ctx_words: set[str] = set()
     ctx_numbers: set[str] = set()
+    # key -> indexes of the source sentences (over all chunks, in order) that contain it
+    ctx_sentences_of: dict[str, set[int]] = {}
+    n_ctx_sentences = 0
     for chunk in chunks:
+        bounds = _sentences(chunk)
+        k = 0
         for tok in _tokens(chunk):
             (ctx_numbers if tok.kind is _Kind.NUMBER else ctx_words).add(tok.key)
+            while k + 1 < len(bounds) and tok.start >= bounds[k + 1][0]:
+                k += 1
+            ctx_sentences_of.setdefault(tok.key, set()).add(n_ctx_sentences + k)
+        n_ctx_sentences += max(len(bounds), 1)
     q_words: set[str] = set()
     q_numbers: set[str] = set()
     for tok in _tokens(question):
@@ -370,6 +397,7 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
 
     per_sentence_total = [0] * len(sentences)
     per_sentence_ok = [0] * len(sentences)
+    per_sentence_keys: list[list[str]] = [[] for _ in sentences]
     words: list[Span] = []
     numbers: list[Span] = []
     given: list[Span] = []
@@ -381,6 +409,7 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
             given.append(_span(response, tok.start, tok.end))
             continue
         per_sentence_total[sentence_of[i]] += 1
+        per_sentence_keys[sentence_of[i]].append(tok.key)
         if tok.key in (ctx_numbers if is_number else ctx_words):
             per_sentence_ok[sentence_of[i]] += 1
         else:
@@ -411,7 +440,29 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         given_words=tuple(given),
         n_given=len(given),
         sentence_spans=tuple(_span(response, a, b) for a, b in sentences),
+        sentence_local_coverage=tuple(
+            _local_coverage(keys, ctx_sentences_of) for keys in per_sentence_keys
+        ),
+        sentence_content=tuple(per_sentence_total),
     )
+
+
+def _local_coverage(keys: list[str], sentences_of: dict[str, set[int]]) -> float:
+    """Best share of ``keys`` (with repeats) found within LOCAL_WINDOW consecutive source
+    sentences; found through an index of where each key occurs, so it stays linear in the
+    number of occurrences rather than in the length of the source."""
+    if not keys:
+        return 1.0
+    found: dict[int, int] = {}  # window start -> keys found in that window
+    for key in keys:
+        starts = {
+            start
+            for index in sentences_of.get(key, ())
+            for start in range(max(0, index - LOCAL_WINDOW + 1), index + 1)
+        }
+        for start in starts:
+            found[start] = found.get(start, 0) + 1
+    return max(found.values(), default=0) / len(keys)
 
 
 def ngram_precision(response: str, context: Sequence[str], n: int) -> float:

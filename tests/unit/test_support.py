@@ -246,6 +246,43 @@ class TestSentences:
         assert r.sentence_coverage[1] == 0.0
 
 
+class TestLocalCoverage:
+    # Five source sentences; "Porto", "ferries" and "midnight" sit far apart.
+    LONG = (
+        "Porto lies on the Douro river. "
+        "The old town climbs the northern bank. "
+        "Trams cross the upper deck of the bridge. "
+        "Wine lodges line the southern bank. "
+        "Ferries stop running at midnight."
+    )
+
+    def test_claim_from_one_neighbourhood_is_locally_covered(self) -> None:
+        r = support("Wine lodges line the southern bank.", self.LONG)
+        assert r.sentence_local_coverage == (1.0,)
+        assert r.sentence_content == (5,)  # wine, lodges, line, southern, bank
+
+    def test_claim_stitched_from_distant_sentences_is_not(self) -> None:
+        # Every word occurs somewhere, so plain coverage is full; but no three neighbouring
+        # source sentences hold both "Porto" and "ferries"/"midnight".
+        r = support("Porto ferries stop at midnight.", self.LONG)
+        assert r.sentence_coverage == (1.0,)
+        assert r.sentence_local_coverage[0] == pytest.approx(3 / 4)
+
+    def test_window_spans_three_neighbouring_sentences(self) -> None:
+        # "trams" (3rd sentence) and "ferries" (5th) fit one window; "Douro" (1st) does not.
+        assert support("Trams and ferries.", self.LONG).sentence_local_coverage == (1.0,)
+        assert support("Douro ferries.", self.LONG).sentence_local_coverage == (0.5,)
+
+    def test_chunks_do_not_merge_into_one_sentence(self) -> None:
+        r = support("Douro ferries.", "Douro is a river", "Ferries are boats")
+        assert r.sentence_local_coverage == (1.0,)  # adjacent chunks are neighbours
+
+    def test_sentence_without_content_is_locally_covered(self) -> None:
+        r = support("Yes. Porto lies on the Douro.", self.LONG)
+        assert r.sentence_content == (0, 3)
+        assert r.sentence_local_coverage == (1.0, 1.0)
+
+
 class TestInputs:
     def test_bare_string_context_is_refused(self) -> None:
         with pytest.raises(ScoringError, match="sequence of strings"):
@@ -289,6 +326,11 @@ class TestProperties:
         assert coverage_in_unit_interval(r)
         assert spans_point_into(r, response)
         assert r.min_sentence_coverage == min(r.sentence_coverage, default=1.0)
+        assert len(r.sentence_local_coverage) == len(r.sentence_coverage)
+        assert all(
+            0.0 <= local <= cov <= 1.0
+            for local, cov in zip(r.sentence_local_coverage, r.sentence_coverage, strict=True)
+        )
 
     @given(response=_TEXT, context=st.lists(_TEXT, max_size=3), question=_TEXT)
     def test_response_in_its_own_context_is_fully_supported(
