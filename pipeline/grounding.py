@@ -2,10 +2,11 @@
 
 SGI alone separates little on realistic RAG answers (they stay on topic), so when a
 context exists the geometry stage also measures how much of the response the source
-actually supports — content-word coverage, the weakest sentence, unsupported numbers and
-names, and phrase-level (n-gram) support — and a logistic model fitted by
-`groundstream calibrate` turns these into one probability. The switch routes on it with
-the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`).
+actually supports — content-word coverage, the weakest sentences, unsupported words,
+numbers and names, phrase-level (n-gram) support and local support (whether each
+sentence's words sit together in a few neighbouring source sentences) — and a logistic
+model fitted by `groundstream calibrate` turns these into one probability. The switch
+routes on it with the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`).
 
 No length feature is used on purpose: answer length is a confound in the public data
 (right answers are short), not evidence of grounding.
@@ -13,8 +14,9 @@ No length feature is used on purpose: answer length is a confound in the public 
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,15 +35,30 @@ BASE_FEATURES: tuple[str, ...] = (
     "trigram_precision",
     "coverage_x_trigram",
     "fully_supported",
+    "unsupported_words",
+    "weak_sentence_share",
+    "local_weak_share",
 )
-MULTI = "multi_window_source"
-FEATURES: tuple[str, ...] = (*BASE_FEATURES, MULTI, *(f"{name}:multi" for name in BASE_FEATURES))
+LONG_FORM = "long_form"
+FEATURES: tuple[str, ...] = (
+    *BASE_FEATURES,
+    LONG_FORM,
+    *(f"{name}:long" for name in BASE_FEATURES),
+)
 """Feature order of the model's coefficients. Every base feature also enters once more
-multiplied by `multi_window_source` (1 when the context is longer than one encoder window):
-word coverage means something else against one passage than against a long, multi-passage
-source, where common words are found by chance, so the two get their own weights."""
+multiplied by `long_form` (1 when the response has several sentences or the context is
+longer than one encoder window). Support means something else for a one-sentence answer
+taken from one passage than for a paraphrasing summary of a long source, where common
+words are found by chance and right answers also use words of their own; the two kinds
+get their own weights instead of one compromise."""
 
-_CAP = 3  # counts of unsupported items beyond this add no information
+_CAP = 3  # counts of unsupported numbers and names beyond this add no information
+_WORD_CAP = 6  # nor do unsupported words beyond this
+WEAK_SENTENCE = 0.8
+"""A sentence whose content words the source covers less than this is weak."""
+WEAK_LOCAL = 0.6
+"""A sentence whose words no few neighbouring source sentences cover this much is weak
+locally (see `pipeline.support.LOCAL_WINDOW`)."""
 
 
 def grounding_features(
@@ -52,6 +69,16 @@ def grounding_features(
     trigram = ngram_precision(response, context, 3)
     numbers = min(len(report.unsupported_numbers), _CAP)
     names = min(len(report.unsupported_names), _CAP)
+    claims = [  # (coverage, local coverage) of the sentences that state something
+        (cov, local)
+        for cov, local, n in zip(
+            report.sentence_coverage,
+            report.sentence_local_coverage,
+            report.sentence_content,
+            strict=True,
+        )
+        if n
+    ]
     base = {
         "log_sgi": math.log(max(sgi.value, 1e-3)),
         "content_coverage": report.content_coverage,
@@ -62,13 +89,21 @@ def grounding_features(
         "trigram_precision": trigram,
         "coverage_x_trigram": report.content_coverage * trigram,
         "fully_supported": float(numbers == 0 and names == 0),
+        "unsupported_words": float(min(len(report.unsupported_words), _WORD_CAP)),
+        "weak_sentence_share": _share(cov < WEAK_SENTENCE for cov, _ in claims),
+        "local_weak_share": _share(local < WEAK_LOCAL for _, local in claims),
     }
-    multi = float(sgi.context_windows > 1)
+    long_form = float(len(report.sentence_spans) > 1 or sgi.context_windows > 1)
     return {
         **base,
-        MULTI: multi,
-        **{f"{name}:multi": value * multi for name, value in base.items()},
+        LONG_FORM: long_form,
+        **{f"{name}:long": value * long_form for name, value in base.items()},
     }
+
+
+def _share(flags: Iterable[bool]) -> float:
+    values = list(flags)
+    return sum(values) / len(values) if values else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,45 +240,125 @@ class GroundingFit:
     review: float
 
 
+def _balanced_weights(groups: np.ndarray) -> np.ndarray:
+    """Each group (one data file) gets the same total weight, so a large set cannot drown a
+    small one."""
+    names, index, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    return len(groups) / (len(names) * sizes[index])
+
+
+def _probability(x: np.ndarray, coefficients: np.ndarray, intercept: float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(intercept + x @ coefficients, -50, 50)))
+
+
+def _fit_with_cuts(
+    x: np.ndarray, y: np.ndarray, groups: np.ndarray, max_accept_error: float, l2: float
+) -> tuple[np.ndarray, float, np.ndarray, float, float, bool]:
+    """Coefficients, intercept, fitted probabilities, review cut, accept cut, accepts-nothing."""
+    from pipeline.calibrate import strong_pass_cut
+    from pipeline.metrics import youden_threshold
+
+    coefficients, intercept = fit_logistic(x, y, _balanced_weights(groups), l2)
+    p = _probability(x, coefficients, intercept)
+    review = youden_threshold(p, y)
+    accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
+    return coefficients, intercept, p, review, float(min(accept, 1.0)), nothing
+
+
+def _fold_of(key: str, folds: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % folds
+
+
+def _accept_figures(accepted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(share of grounded examples accepted, share of accepted examples that are ungrounded)."""
+    rate = float(accepted[y].mean()) if y.any() else 0.0
+    error = float((~y[accepted]).mean()) if accepted.any() else 0.0
+    return rate, error
+
+
+def cross_validate(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    contexts: Sequence[str],
+    *,
+    folds: int,
+    max_accept_error: float,
+    l2: float,
+) -> dict[str, float]:
+    """Out-of-fold figures of the whole fitting procedure, cuts included.
+
+    Examples that share a context always fall in the same fold (six answers to one
+    document, or a right and a wrong answer to one passage), so no fold is scored by a
+    model that saw its source. This is the honest estimate of what the fitted policy does
+    on new data of the same kind; the in-sample figures are optimistic.
+    """
+    from pipeline.metrics import auroc
+
+    fold = np.array([_fold_of(c, folds) for c in contexts])
+    p = np.zeros(len(y))
+    accepted = np.zeros(len(y), dtype=bool)
+    for k in range(folds):
+        test, train = fold == k, fold != k
+        if not test.any() or len(np.unique(y[train])) < 2:
+            continue
+        coefficients, intercept, _, _, accept, _ = _fit_with_cuts(
+            x[train], y[train], groups[train], max_accept_error, l2
+        )
+        p[test] = _probability(x[test], coefficients, intercept)
+        accepted[test] = p[test] >= accept
+    metrics: dict[str, float] = {"cv_folds": float(folds)}
+    for g in np.unique(groups):
+        mask = groups == g
+        rate, error = _accept_figures(accepted[mask], y[mask])
+        metrics[f"{g}.cv_accept_rate_grounded"] = rate
+        metrics[f"{g}.cv_accept_error"] = error
+        metrics[f"{g}.cv_auroc"] = auroc(p[mask], y[mask])
+    return metrics
+
+
 def fit_grounding(
     rows: Sequence[Mapping[str, float]],
     labels: Sequence[bool],
     groups: Sequence[str],
     *,
+    contexts: Sequence[str] | None = None,
+    folds: int = 5,
     max_accept_error: float = 0.05,
     l2: float = 1.0,
 ) -> GroundingFit:
     """Fit P(grounded) and its cuts on labelled feature rows.
 
-    Each group (one data file) gets the same total weight, so a large set cannot drown a
-    small one. `review` is the Youden cut of the fitted probability; `accept` the lowest
-    cut at or above it whose accepted set holds at most `max_accept_error` ungrounded
-    examples — the same rules `fit_thresholds` uses for SGI.
+    Each group (one data file) gets the same total weight. `review` is the Youden cut of
+    the fitted probability; `accept` the lowest cut at or above it whose accepted set holds
+    at most `max_accept_error` ungrounded examples — the same rules `fit_thresholds` uses
+    for SGI. With `contexts` (one string per row naming its source) the metrics also hold
+    `folds`-fold cross-validated figures, grouped by context (see `cross_validate`).
     """
-    from pipeline.calibrate import strong_pass_cut
-    from pipeline.metrics import auroc, youden_threshold
+    from pipeline.metrics import auroc
 
     y = np.asarray(labels, dtype=bool)
     x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
     group = np.asarray(groups)
-    sizes = {g: int((group == g).sum()) for g in set(groups)}
-    weights = np.array([len(y) / (len(sizes) * sizes[g]) for g in group])
-    coefficients, intercept = fit_logistic(x, y, weights, l2)
-    z = intercept + x @ coefficients
-    p = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
-    review = youden_threshold(p, y)
-    accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
+    coefficients, intercept, p, review, accept, nothing = _fit_with_cuts(
+        x, y, group, max_accept_error, l2
+    )
     metrics: dict[str, float] = {"auroc_in_sample": auroc(p, y), "n": float(len(y))}
-    for g in sorted(sizes):
+    for g in np.unique(group):
         mask = group == g
-        accepted = p[mask] >= accept
-        yy = y[mask]
-        metrics[f"{g}.accept_rate_grounded"] = float(accepted[yy].mean()) if yy.any() else 0.0
-        metrics[f"{g}.accept_error"] = float((~yy[accepted]).mean()) if accepted.any() else 0.0
+        rate, error = _accept_figures(p[mask] >= accept, y[mask])
+        metrics[f"{g}.accept_rate_grounded"] = rate
+        metrics[f"{g}.accept_error"] = error
+    if contexts is not None and folds > 1:
+        metrics.update(
+            cross_validate(
+                x, y, group, contexts, folds=folds, max_accept_error=max_accept_error, l2=l2
+            )
+        )
     model = GroundingModel(
         FEATURES,
         tuple(float(c) for c in coefficients),
         intercept,
         {**metrics, "accepts_nothing": float(nothing), "max_accept_error": max_accept_error},
     )
-    return GroundingFit(model, float(min(accept, 1.0)), float(review))
+    return GroundingFit(model, accept, review)

@@ -129,6 +129,7 @@ def calibrate(
             rows,
             [e.grounded for e in with_ctx],
             [e.group for e in with_ctx],
+            contexts=["\n".join(e.context or ()) for e in with_ctx],
             max_accept_error=max_accept_error,
         )
     now = datetime.now(UTC)

@@ -194,6 +194,19 @@ def calibrate(
     t = policy["thresholds"]
     click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")
     click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in t.items()))
+    metrics = policy.get("grounding", {}).get("metrics", {})
+    suffix = ".accept_rate_grounded"
+    for name in sorted(k.removesuffix(suffix) for k in metrics if k.endswith(suffix)):
+        line = (
+            f"{name}: in-sample {metrics[name + suffix]:.1%} of grounded accepted,"
+            f" {metrics[name + '.accept_error']:.1%} of accepted ungrounded"
+        )
+        if name + ".cv_accept_rate_grounded" in metrics:
+            line += (
+                f"; cross-validated {metrics[name + '.cv_accept_rate_grounded']:.1%},"
+                f" {metrics[name + '.cv_accept_error']:.1%}"
+            )
+        click.echo(line)
 
 
 @main.command("eval")

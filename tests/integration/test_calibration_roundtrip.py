@@ -15,7 +15,7 @@ from .harness import FIXTURES, cli, worker_env
 def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
     policy_path = tmp_path / "policy.toml"
     env = worker_env("127.0.0.1:1", "unused.", tmp_path / "data")
-    cli(
+    done = cli(
         env,
         "calibrate",
         str(FIXTURES / "labelled.jsonl"),
@@ -29,6 +29,11 @@ def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
     policy = load_policy(policy_path)
     text = policy_path.read_text()
     assert "groundstream calibrate" in text  # the file says how it was produced
+    # The per-file figures are printed in-sample and cross-validated (grouped by context).
+    assert "labelled.jsonl: in-sample" in done.stdout
+    assert "cross-validated" in done.stdout
+    metrics = policy.grounding.metrics if policy.grounding else {}
+    assert 0.0 <= metrics["labelled.jsonl.cv_accept_rate_grounded"] <= 1.0
     assert policy.reference is not None and len(policy.reference) == 384
     assert policy.grounding is not None
     assert policy.calibration["n"] == 20

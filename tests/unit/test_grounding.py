@@ -1,0 +1,178 @@
+"""The grounding model: its features, the logistic fit, the cuts and cross-validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.errors import PolicyError, ScoringError
+from pipeline.grounding import (
+    BASE_FEATURES,
+    FEATURES,
+    LONG_FORM,
+    GroundingModel,
+    fit_grounding,
+    fit_logistic,
+    grounding_features,
+    score_grounding,
+)
+from pipeline.metrics import auroc
+from pipeline.results import SGIResult
+
+SOURCE = (
+    "Porto lies on the Douro river. The old town climbs the northern bank. "
+    "Trams cross the upper deck of the bridge. Wine lodges line the southern bank. "
+    "Ferries stop running at midnight."
+)
+
+
+def sgi(value: float = 1.2, context_windows: int = 1, flagged: bool = False) -> SGIResult:
+    return SGIResult(value, 1.0, 0.8, 0, 1, 1, context_windows, flagged, "x" if flagged else "")
+
+
+def features(response: str, context_windows: int = 1) -> dict[str, float]:
+    return grounding_features(
+        "Tell me about Porto.", (SOURCE,), response, sgi(1.2, context_windows)
+    )
+
+
+class TestFeatures:
+    def test_every_named_feature_and_nothing_else(self) -> None:
+        assert tuple(features("Wine lodges line the southern bank.")) == FEATURES
+
+    def test_one_sentence_from_one_window_is_short_form(self) -> None:
+        f = features("Wine lodges line the southern bank.")
+        assert f[LONG_FORM] == 0.0
+        assert all(f[f"{name}:long"] == 0.0 for name in BASE_FEATURES)
+
+    @pytest.mark.parametrize(
+        ("response", "windows"),
+        [("Wine lodges line the bank. Trams cross the bridge.", 1), ("Trams cross.", 3)],
+    )
+    def test_several_sentences_or_a_long_source_is_long_form(
+        self, response: str, windows: int
+    ) -> None:
+        f = features(response, windows)
+        assert f[LONG_FORM] == 1.0
+        assert all(f[f"{name}:long"] == f[name] for name in BASE_FEATURES)
+
+    def test_unsupported_words_are_counted_and_capped(self) -> None:
+        assert features("Porto exports cork, sardines and granite.")["unsupported_words"] == 4
+        many = "Porto exports cork, sardines, granite, textiles, shoes, azulejos and olives."
+        assert features(many)["unsupported_words"] == 6
+
+    def test_weak_shares_count_only_sentences_that_claim_something(self) -> None:
+        # "Yes." claims nothing; the second sentence is supported word by word but its
+        # words lie in distant source sentences; the third is unsupported.
+        f = features("Yes. Porto ferries stop at midnight. Lisbon exports cork.")
+        assert f["weak_sentence_share"] == pytest.approx(1 / 2)
+        assert f["local_weak_share"] == pytest.approx(1 / 2)
+
+    def test_local_weakness_is_not_plain_weakness(self) -> None:
+        f = features("Douro ferries. Douro trams cross the bridge.")
+        assert f["weak_sentence_share"] == 0.0  # every word is somewhere in the source
+        assert f["local_weak_share"] == pytest.approx(1 / 2)  # but not Douro with ferries
+
+
+def random_rows(rng: np.random.Generator, n: int) -> list[dict[str, float]]:
+    return [dict(zip(FEATURES, rng.normal(size=len(FEATURES)), strict=True)) for _ in range(n)]
+
+
+class TestFitLogistic:
+    def test_recovers_known_coefficients(self) -> None:
+        rng = np.random.default_rng(7)
+        x = rng.normal(size=(20_000, 2))
+        y = rng.random(20_000) < 1 / (1 + np.exp(-(0.5 + 2.0 * x[:, 0] - 1.0 * x[:, 1])))
+        coefficients, intercept = fit_logistic(x, y, l2=0.0)
+        assert coefficients == pytest.approx([2.0, -1.0], abs=0.08)
+        assert intercept == pytest.approx(0.5, abs=0.08)
+
+    def test_one_class_is_refused(self) -> None:
+        with pytest.raises(ScoringError, match="both grounded and ungrounded"):
+            fit_logistic(np.ones((4, 2)), np.ones(4, dtype=bool))
+
+
+class TestFitGrounding:
+    @staticmethod
+    def learnable(n: int, seed: int = 3) -> tuple[list[dict[str, float]], list[bool]]:
+        rng = np.random.default_rng(seed)
+        rows = random_rows(rng, n)
+        labels = [r["content_coverage"] + 0.5 * rng.normal() > 0 for r in rows]
+        return rows, labels
+
+    def test_accept_cut_keeps_accepted_error_within_budget(self) -> None:
+        rows, labels = self.learnable(600)
+        fit = fit_grounding(rows, labels, ["a"] * 600, max_accept_error=0.05)
+        p = np.array([fit.model.probability(r) for r in rows])
+        accepted = p >= fit.accept
+        assert accepted.any()
+        assert (~np.asarray(labels)[accepted]).mean() <= 0.05
+        assert fit.review <= fit.accept
+        assert fit.model.metrics["a.accept_error"] <= 0.05
+
+    def test_each_file_weighs_the_same(self) -> None:
+        # A large file where coverage predicts the label and a small one where it predicts
+        # the opposite: with equal weights per file the coefficient nearly cancels out.
+        rng = np.random.default_rng(5)
+        big, small = random_rows(rng, 900), random_rows(rng, 100)
+        labels = [r["content_coverage"] > 0 for r in big] + [
+            r["content_coverage"] < 0 for r in small
+        ]
+        balanced = fit_grounding(big + small, labels, ["big"] * 900 + ["small"] * 100)
+        index = FEATURES.index("content_coverage")
+        pooled, _ = fit_logistic(
+            np.array([[r[f] for f in FEATURES] for r in big + small]), np.array(labels)
+        )
+        assert abs(balanced.model.coefficients[index]) < 0.5 * abs(pooled[index])
+
+    def test_cross_validation_is_honest_about_noise(self) -> None:
+        # Labels unrelated to the features: in-sample the fit finds a pattern, out of fold
+        # it is at chance.
+        rng = np.random.default_rng(11)
+        rows = random_rows(rng, 400)
+        labels = list(rng.random(400) < 0.5)
+        contexts = [f"doc-{i // 2}" for i in range(400)]
+        fit = fit_grounding(rows, labels, ["f"] * 400, contexts=contexts, l2=0.01)
+        m = fit.model.metrics
+        assert m["auroc_in_sample"] > 0.6
+        assert abs(m["f.cv_auroc"] - 0.5) < 0.1
+        assert m["cv_folds"] == 5
+
+    def test_cross_validation_tracks_a_real_signal(self) -> None:
+        rows, labels = self.learnable(600)
+        contexts = [f"doc-{i // 3}" for i in range(600)]
+        m = fit_grounding(rows, labels, ["f"] * 600, contexts=contexts).model.metrics
+        assert m["f.cv_auroc"] > 0.85
+        assert 0.0 < m["f.cv_accept_rate_grounded"] <= 1.0
+        assert m["f.cv_accept_error"] < 0.15
+
+    def test_without_contexts_there_are_no_cross_validated_figures(self) -> None:
+        rows, labels = self.learnable(100)
+        assert not any("cv_" in k for k in fit_grounding(rows, labels, ["f"] * 100).model.metrics)
+
+
+class TestModel:
+    def test_policy_of_an_older_feature_set_is_refused_by_name(self) -> None:
+        with pytest.raises(PolicyError, match=r"grounding\.features"):
+            GroundingModel.from_mapping(
+                {"features": ["multi_window_source"], "coefficients": [1.0], "intercept": 0.0}
+            )
+
+    def test_round_trip_through_a_policy_table(self) -> None:
+        model = GroundingModel(FEATURES, tuple(0.1 * i for i in range(len(FEATURES))), -0.3)
+        again = GroundingModel.from_mapping(model.to_dict())
+        assert again == model
+
+    def test_flagged_sgi_scores_zero_and_stays_flagged(self) -> None:
+        model = GroundingModel(FEATURES, (0.0,) * len(FEATURES), 10.0)
+        score = score_grounding(model, "q", ("Porto",), "Porto", sgi(flagged=True))
+        assert score.value == 0.0 and score.flagged
+
+    def test_probability_follows_the_coefficients(self) -> None:
+        coefficients = tuple(1.0 if f == "content_coverage" else 0.0 for f in FEATURES)
+        model = GroundingModel(FEATURES, coefficients, 0.0)
+        supported = score_grounding(model, "q", (SOURCE,), "Wine lodges line the bank.", sgi())
+        unsupported = score_grounding(model, "q", (SOURCE,), "Lisbon exports cork.", sgi())
+        assert supported.value == pytest.approx(1 / (1 + np.exp(-1.0)))
+        assert unsupported.value == pytest.approx(0.5)
+        assert auroc(np.array([supported.value, unsupported.value]), np.array([True, False])) == 1.0
