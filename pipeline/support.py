@@ -36,6 +36,7 @@ Failure posture
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -245,7 +246,10 @@ def stem(word: str) -> str:
     return w
 
 
-def _tokens(text: str) -> list[_Token]:
+@functools.lru_cache(maxsize=256)
+def _tokens(text: str) -> tuple[_Token, ...]:
+    """The tokens of ``text``. Cached: one candidate's context is read three times (support,
+    bigrams, trigrams), and the turns of a RAG session often share their source."""
     out: list[_Token] = []
     for m in _TOKEN_RE.finditer(text):
         if m.group("num") is not None:
@@ -263,7 +267,7 @@ def _tokens(text: str) -> list[_Token]:
             out.append(_Token(word, m.start(), m.end(), _Kind.NUMBER, value, surface))
         else:
             out.append(_Token(word, m.start(), m.end(), _Kind.WORD, stem(word), surface))
-    return out
+    return tuple(out)
 
 
 def _is_content(tok: _Token) -> bool:
@@ -299,7 +303,7 @@ def _is_acronym(tok: _Token) -> bool:
     return tok.kind is _Kind.WORD and len(letters) >= 2 and all(c.isupper() for c in letters)
 
 
-def _names(text: str, toks: list[_Token], starts: frozenset[int]) -> list[tuple[int, int]]:
+def _names(text: str, toks: Sequence[_Token], starts: frozenset[int]) -> list[tuple[int, int]]:
     """Index ranges [i, j) of name runs in ``toks``; ``starts`` holds sentence-initial indexes."""
 
     def joined(i: int) -> bool:  # toks[i] and toks[i + 1] separated only by blanks
