@@ -324,7 +324,7 @@ def _plot_roc(found: Mapping[str, _Candidate], path: Path) -> None:
 def _plot_hist(found: Mapping[str, _Candidate], path: Path) -> None:
     from matplotlib.figure import Figure
 
-    series = [s for s in _series(found) if s[0] != "grounding probability"]
+    series = _series(found)
     fig = Figure(figsize=(6 * max(1, len(series)), 4.5))
     if not series:
         _no_data(fig.add_subplot(), "no geometry scores")

@@ -223,6 +223,11 @@ class TestWriteReport:
             assert path.stat().st_size > 0
             if path.suffix == ".png":
                 assert path.read_bytes()[:8] == PNG_MAGIC
+        # One histogram panel per score: SGI, DGI, and P(grounded) where there is a model.
+        png = (out / "score_hist.png").read_bytes()
+        width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+        panels = round(width / height * 4.5 / 6)
+        assert panels == (3 if with_probability else 2)
         written = json.loads((out / "metrics.json").read_text())
         assert written["n"] == 7
         assert written["outcomes"]["grounded"]["state"] == 3
