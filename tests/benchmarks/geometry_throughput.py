@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import logging
 import os
 import random
 import statistics
@@ -47,15 +46,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.harness import REPO_ROOT, Workers, cli, worker_env
+from tests.integration.harness import (
+    REPO_ROOT,
+    BrokerStartError,
+    Workers,
+    cli,
+    local_broker,
+    worker_env,
+)
 
-LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
 GOAL = 0.9
 SEED = 20240611
 
@@ -452,61 +457,6 @@ class BenchWorker(Workers):
 # ---------------------------------------------------------------------------- broker --
 
 
-def _local_sh(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = os.environ.copy()
-    env.setdefault("GROUNDSTREAM_PYTHON", sys.executable)
-    return subprocess.run(
-        [str(LOCAL_SH), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-        timeout=timeout, check=False,
-    )  # fmt: skip
-
-
-def _broker_answers(bootstrap: str, timeout: float = 5.0) -> bool:
-    from aiokafka.client import AIOKafkaClient
-
-    async def probe() -> None:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
-        try:
-            await asyncio.wait_for(client.bootstrap(), timeout)
-        finally:
-            await client.close()
-
-    quiet = logging.getLogger("aiokafka")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # "Unable connect" is the answer here, not an error
-    try:
-        asyncio.run(probe())
-    except Exception:
-        return False
-    finally:
-        quiet.setLevel(level)
-    return True
-
-
-@contextlib.contextmanager
-def broker(bootstrap: str) -> Iterator[bool]:
-    """A broker at `bootstrap`; yields True when this run started it (and stops it after)."""
-    if _broker_answers(bootstrap):
-        yield False
-        return
-    already_ours = _local_sh("status", timeout=30).returncode == 0
-    print(
-        f"no broker at {bootstrap}: starting one with {LOCAL_SH.relative_to(REPO_ROOT)}", flush=True
-    )
-    done = _local_sh("start")
-    if done.returncode != 0:
-        raise SystemExit(f"local.sh start failed:\n{done.stdout}\n{done.stderr}")
-    try:
-        yield not already_ours
-    finally:
-        if not already_ours:
-            stop = _local_sh("stop", timeout=120)
-            if stop.returncode != 0:
-                print(
-                    f"warning: local.sh stop failed:\n{stop.stdout}\n{stop.stderr}", file=sys.stderr
-                )
-
-
 async def delete_topics(bootstrap: str, prefix: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -815,7 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     policy = Settings(policy=args.policy or "").load_policy()
     with (
-        broker(args.bootstrap) as started_broker,
+        local_broker(args.bootstrap) as started_broker,
         tempfile.TemporaryDirectory(prefix="gs-bench-") as tmp,
     ):
         tmpdir = Path(tmp)
@@ -995,4 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokerStartError as exc:
+        sys.exit(str(exc))

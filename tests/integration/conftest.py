@@ -15,11 +15,8 @@ Every test collected under ``tests/integration`` is marked ``integration``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import shutil
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,12 +26,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.client import AIOKafkaClient
 from aiokafka.structs import RecordMetadata
 
+from .harness import BrokerStartError, local_broker
+
 INTEGRATION_DIR = Path(__file__).resolve().parent
-REPO_ROOT = INTEGRATION_DIR.parents[1]
-LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
 
 # CreateTopics error code for "topic already exists".
 _TOPIC_ALREADY_EXISTS = 36
@@ -60,67 +56,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ------------------------------------------------------------------ fixtures --
 
 
-def _broker_answers(bootstrap: str, timeout: float = 5.0) -> bool:
-    """True if a Kafka broker returns metadata at ``bootstrap``."""
-
-    async def probe() -> None:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
-        try:
-            await asyncio.wait_for(client.bootstrap(), timeout)
-        finally:
-            await client.close()
-
-    try:
-        asyncio.run(probe())
-    except Exception:
-        return False
-    return True
-
-
-def _local_sh(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = os.environ.copy()
-    # The readiness probe in local.sh needs aiokafka; the interpreter running the
-    # tests has it.
-    env.setdefault("GROUNDSTREAM_PYTHON", sys.executable)
-    return subprocess.run(
-        [str(LOCAL_SH), *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     bootstrap = f"127.0.0.1:{kafka_port()}"
-    if _broker_answers(bootstrap):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(local_broker(bootstrap))
+        except BrokerStartError as exc:
+            pytest.fail(str(exc), pytrace=False)
         yield bootstrap
-        return
-
-    for tool in ("java", "mvn"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"no Kafka broker at {bootstrap} and no `{tool}` to start one")
-    # If local.sh already has a broker of ours (e.g. still starting), reuse it and
-    # leave it running afterwards.
-    already_ours = _local_sh("status", timeout=30).returncode == 0
-    started = time.monotonic()
-    proc = _local_sh("start")
-    if proc.returncode != 0:
-        pytest.fail(
-            f"`{LOCAL_SH} start` failed (rc={proc.returncode}) after "
-            f"{time.monotonic() - started:.0f}s:\n{proc.stdout}\n{proc.stderr}",
-            pytrace=False,
-        )
-    try:
-        yield bootstrap
-    finally:
-        if not already_ours:
-            stop = _local_sh("stop", timeout=120)
-            if stop.returncode != 0:
-                print(f"warning: `{LOCAL_SH} stop` failed:\n{stop.stdout}\n{stop.stderr}")
 
 
 @pytest.fixture

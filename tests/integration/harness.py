@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from topics.codec import loads
@@ -14,6 +19,87 @@ from topics.codec import loads
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 READY_LINE = "Worker]: Ready"
+LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
+
+
+def local_sh(
+    *args: str, timeout: float = 300, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run deploy/kafka/local.sh ARGS; `env` is added to this process's environment."""
+    full = {**os.environ, **(env or {})}
+    # The readiness probe in local.sh needs aiokafka; the interpreter running this has it.
+    full.setdefault("GROUNDSTREAM_PYTHON", sys.executable)
+    return subprocess.run(
+        [str(LOCAL_SH), *args],
+        cwd=REPO_ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def broker_answers(bootstrap: str, timeout: float = 5.0) -> bool:
+    """True if a Kafka broker returns metadata at ``bootstrap``."""
+    from aiokafka.client import AIOKafkaClient
+
+    async def probe() -> None:
+        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+        try:
+            await asyncio.wait_for(client.bootstrap(), timeout)
+        finally:
+            await client.close()
+
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # "Unable connect" is the answer here, not an error
+    try:
+        asyncio.run(probe())
+    except Exception:
+        return False
+    finally:
+        quiet.setLevel(level)
+    return True
+
+
+class BrokerStartError(RuntimeError):
+    """No broker answers and local.sh could not start one."""
+
+
+@contextlib.contextmanager
+def local_broker(bootstrap: str) -> Iterator[bool]:
+    """A broker at ``bootstrap``: the one that answers there, or one started with local.sh.
+
+    Yields True when this call started it, and then stops it on exit. A broker local.sh
+    already had (e.g. still starting) is reused and left running.
+    """
+    if broker_answers(bootstrap):
+        yield False
+        return
+    for tool in ("java", "mvn"):
+        if shutil.which(tool) is None:
+            raise BrokerStartError(f"no Kafka broker at {bootstrap} and no `{tool}` to start one")
+    already_ours = local_sh("status", timeout=30).returncode == 0
+    here = LOCAL_SH.relative_to(REPO_ROOT)
+    print(f"no broker at {bootstrap}: starting one with {here}", flush=True)
+    started = time.monotonic()
+    proc = local_sh("start")
+    if proc.returncode != 0:
+        raise BrokerStartError(
+            f"`{LOCAL_SH} start` failed (rc={proc.returncode}) after "
+            f"{time.monotonic() - started:.0f}s:\n{proc.stdout}\n{proc.stderr}"
+        )
+    try:
+        yield not already_ours
+    finally:
+        if not already_ours:
+            stop = local_sh("stop", timeout=120)
+            if stop.returncode != 0:
+                print(
+                    f"warning: `{LOCAL_SH} stop` failed:\n{stop.stdout}\n{stop.stderr}",
+                    file=sys.stderr,
+                )
 
 
 def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:

@@ -6,14 +6,12 @@ import os
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
+from .harness import local_sh
 
 MiB = 1024 * 1024
 
@@ -96,22 +94,12 @@ def _free_port() -> int:
 def _local_sh(
     run_dir: Path, port: int, controller: int, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    env = os.environ.copy()
-    env.setdefault("GROUNDSTREAM_PYTHON", sys.executable)
-    env.update(
-        GROUNDSTREAM_KAFKA_DIR=str(run_dir),
-        KAFKA_PORT=str(port),
-        KAFKA_CONTROLLER_PORT=str(controller),
-    )
-    return subprocess.run(
-        [str(LOCAL_SH), *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    env = {
+        "GROUNDSTREAM_KAFKA_DIR": str(run_dir),
+        "KAFKA_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(controller),
+    }
+    return local_sh(*args, timeout=240, env=env)
 
 
 def _pid_from_status(out: str) -> int:
