@@ -74,7 +74,12 @@ def topic_prefix() -> str:
 
 @pytest.fixture
 def kafka_helpers() -> SimpleNamespace:
-    return SimpleNamespace(create_topics=create_topics, produce=produce, consume_all=consume_all)
+    return SimpleNamespace(
+        create_topics=create_topics,
+        produce=produce,
+        consume_all=consume_all,
+        wait_for_partitions=wait_for_partitions,
+    )
 
 
 # ------------------------------------------------------------------- helpers --
@@ -151,7 +156,7 @@ async def consume_all(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     records: list[ConsumerRecord] = []
-    partitions = await _wait_for_partitions(bootstrap, topic, deadline)
+    partitions = await wait_for_partitions(bootstrap, topic, deadline)
     if not partitions:
         return records
     consumer = AIOKafkaConsumer(
@@ -188,7 +193,7 @@ async def consume_all(
         await consumer.stop()
 
 
-async def _wait_for_partitions(bootstrap: str, topic: str, deadline: float) -> list[int]:
+async def wait_for_partitions(bootstrap: str, topic: str, deadline: float) -> list[int]:
     """Partition ids of ``topic`` once the broker knows it (empty list at ``deadline``)."""
     loop = asyncio.get_running_loop()
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)

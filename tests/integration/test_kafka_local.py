@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -23,6 +24,10 @@ async def test_round_trip_with_admin_created_topic(kafka_bootstrap, topic_prefix
     try:
         resp = await admin.create_topics([NewTopic(topic, 2, 1)])
         assert [(t, code) for t, code, _ in resp.topic_errors] == [(topic, 0)]
+        # CreateTopics answers once the controller has the topic; a broker with many
+        # topics shows it in its metadata a little later.
+        deadline = asyncio.get_running_loop().time() + 10
+        assert await kafka_helpers.wait_for_partitions(kafka_bootstrap, topic, deadline) == [0, 1]
         assert topic in await admin.list_topics()
         (desc,) = await admin.describe_topics([topic])
         assert desc["error_code"] == 0
