@@ -34,7 +34,7 @@ from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from pipeline.review import HumanVerdict
 from topics.codec import dumps, loads
-from topics.names import MAX_MESSAGE_BYTES, Topic
+from topics.names import Topic
 from workers.control import apply_control
 from workers.settings import Settings
 from workers.stagekit import ControlState
@@ -405,18 +405,11 @@ class KafkaFeed:
         return lag
 
     async def run(self, state: DashboardState) -> None:
-        from aiokafka import AIOKafkaConsumer
+        from workers.kafka_tools import reader
 
         while True:
-            consumer = AIOKafkaConsumer(
-                self.decisions,
-                self.control,
-                bootstrap_servers=self.settings.bootstrap_servers,
-                group_id=None,
-                auto_offset_reset="earliest",
-                enable_auto_commit=False,
-                max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-                client_id="groundstream-dashboard",
+            consumer = reader(
+                self.settings, self.decisions, self.control, client_id="groundstream-dashboard"
             )
             try:
                 await consumer.start()

@@ -5,13 +5,28 @@ from __future__ import annotations
 import asyncio
 import base64
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
 from workers.settings import Settings
+
+
+def reader(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer outside any group that reads ``topics`` from their first offset and
+    commits nothing: for the tools that look at a topic (consume, review list, dashboard)
+    without taking part in a stage's group."""
+    return AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+        **options,
+    )
 
 
 def _session_key(line: bytes) -> bytes | None:
@@ -64,14 +79,7 @@ async def consume_topic(
     settings: Settings, topic: str, max_messages: int | None, timeout: float, out: IO[str]
 ) -> int:
     """Read a topic from the beginning (no consumer group) and print JSON lines."""
-    consumer = AIOKafkaConsumer(
-        f"{settings.topic_prefix}{topic}",
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-    )
+    consumer = reader(settings, f"{settings.topic_prefix}{topic}")
     await consumer.start()
     seen = 0
     try:

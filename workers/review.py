@@ -6,13 +6,14 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from pipeline.policy import Policy
 from pipeline.review import HumanVerdict, destination, reason
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
+from workers.kafka_tools import reader
 from workers.settings import Settings
 from workers.stagekit import StageContext, conclude
 
@@ -42,14 +43,7 @@ class Pending:
 
 
 async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        settings.topic(topic),
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-    )
+    consumer = reader(settings, settings.topic(topic))
     await consumer.start()
     try:
         partitions = consumer.assignment()
