@@ -375,11 +375,9 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
     n_ctx_sentences = 0
     for chunk in chunks:
         bounds = _sentences(chunk)
-        k = 0
-        for tok in _tokens(chunk):
+        toks = _tokens(chunk)
+        for tok, k in zip(toks, _sentence_index(toks, bounds), strict=True):
             (ctx_numbers if tok.kind is _Kind.NUMBER else ctx_words).add(tok.key)
-            while k + 1 < len(bounds) and tok.start >= bounds[k + 1][0]:
-                k += 1
             ctx_sentences_of.setdefault(tok.key, set()).add(n_ctx_sentences + k)
         n_ctx_sentences += max(len(bounds), 1)
     q_words: set[str] = set()
@@ -389,17 +387,15 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
 
     toks = _tokens(response)
     sentences = _sentences(response)
-    sentence_of: list[int] = []
-    starts: set[int] = set()
-    s = 0
-    for i, tok in enumerate(toks):
-        while s + 1 < len(sentences) and tok.start >= sentences[s + 1][0]:
-            s += 1
-        if not sentence_of or sentence_of[-1] != s or ":" in response[toks[i - 1].end : tok.start]:
-            starts.add(i)  # first word of a sentence, or of what follows a colon
-        sentence_of.append(s)
+    sentence_of = _sentence_index(toks, sentences)
+    starts = {  # first word of a sentence, or of what follows a colon
+        i
+        for i, tok in enumerate(toks)
+        if i == 0
+        or sentence_of[i - 1] != sentence_of[i]
+        or ":" in response[toks[i - 1].end : tok.start]
+    }
 
-    per_sentence_total = [0] * len(sentences)
     per_sentence_ok = [0] * len(sentences)
     per_sentence_keys: list[list[str]] = [[] for _ in sentences]
     words: list[Span] = []
@@ -412,7 +408,6 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         if tok.key in (q_numbers if is_number else q_words):
             given.append(_span(response, tok.start, tok.end))
             continue
-        per_sentence_total[sentence_of[i]] += 1
         per_sentence_keys[sentence_of[i]].append(tok.key)
         if tok.key in (ctx_numbers if is_number else ctx_words):
             per_sentence_ok[sentence_of[i]] += 1
@@ -426,6 +421,7 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         if not all(k in known for k in keys):
             names.append(_span(response, toks[i].start, toks[j - 1].end))
 
+    per_sentence_total = [len(keys) for keys in per_sentence_keys]
     n_content = sum(per_sentence_total)
     n_ok = sum(per_sentence_ok)
     coverage = n_ok / n_content if n_content else 1.0
@@ -449,6 +445,17 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         ),
         sentence_content=tuple(per_sentence_total),
     )
+
+
+def _sentence_index(toks: Sequence[_Token], bounds: list[tuple[int, int]]) -> list[int]:
+    """For each token, the index of the sentence (of ``bounds``, in order) it falls in."""
+    out: list[int] = []
+    k = 0
+    for tok in toks:
+        while k + 1 < len(bounds) and tok.start >= bounds[k + 1][0]:
+            k += 1
+        out.append(k)
+    return out
 
 
 def _local_coverage(keys: list[str], sentences_of: dict[str, set[int]]) -> float:
