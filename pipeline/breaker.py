@@ -7,7 +7,7 @@ through (half-open). A successful trial closes the breaker, a failed one re-open
 with a fresh `opened_at`.
 
 Pure and immutable: every function takes a `BreakerState` and returns a new one; time is
-the caller's `now` (seconds, monotonic). The I/O shell (`workers/llm_client.py`) holds
+the caller's `now` (seconds, monotonic). The I/O shell (`workers/clients/llm.py`) holds
 the current state and calls `allow` before, and `on_success`/`on_failure` after, a call.
 
 Failure posture: an open breaker refuses, and the caller treats the refusal like any

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from pipeline.errors import PolicyError
-from workers.settings import Settings
+from workers.runtime.settings import Settings
 
 
 def _settings(policy: str | None = None) -> Settings:
@@ -53,7 +53,7 @@ def main(log_level: str | None) -> None:
 )
 def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
     """Run the ladder in-process on a JSONL file of candidates; one decision record per line."""
-    from workers.verify import verify_file
+    from workers.runtime.verify import verify_file
 
     settings = _settings(policy)
     counts = verify_file(input_file, out_file, settings, _policy(settings))
@@ -66,7 +66,7 @@ def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
 @click.option("--topic", default="candidates", show_default=True, help="Logical topic name.")
 def produce(input_file: Path, topic: str) -> None:
     """Send each line of a JSONL file to a topic (key = its session_id)."""
-    from workers.kafka_tools import produce_file
+    from workers.runtime.kafka_tools import produce_file
 
     settings = _settings()
     n = asyncio.run(produce_file(settings, input_file, topic))
@@ -85,7 +85,7 @@ def produce(input_file: Path, topic: str) -> None:
 )
 def consume(topic: str, max_messages: int | None, timeout: float) -> None:
     """Print a topic from the beginning as JSON lines (value, key, headers, offset)."""
-    from workers.kafka_tools import consume_topic
+    from workers.runtime.kafka_tools import consume_topic
 
     settings = _settings()
     asyncio.run(consume_topic(settings, topic, max_messages, timeout, sys.stdout))
@@ -119,8 +119,8 @@ def topics_create() -> None:
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
-    from workers.ladder import STAGE_NAMES
-    from workers.runner import TopicsMissing, require_topics, run_all, run_stage
+    from workers.runtime.runner import TopicsMissing, require_topics, run_all, run_stage
+    from workers.stages.ladder import STAGE_NAMES
 
     if stage != "all" and stage not in STAGE_NAMES:
         raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
@@ -170,7 +170,7 @@ def calibrate(
     from rich.progress import Progress
 
     from pipeline.encoder import default_encoder
-    from workers.calibration import calibrate as fit
+    from workers.eval.calibration import calibrate as fit
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
@@ -224,8 +224,8 @@ def eval_command(
     data: Path, report_dir: Path | None, policy: str | None, limit: int | None, skip: int
 ) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput."""
-    from workers.evaluation import evaluate
-    from workers.report_text import render_summary
+    from workers.eval.evaluation import evaluate
+    from workers.eval.report_text import render_summary
 
     settings = _settings(policy)
     metrics = evaluate(
@@ -249,7 +249,7 @@ def review() -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
 def review_list(as_json: bool) -> None:
     """List candidates waiting for a person's verdict."""
-    from workers.review import pending
+    from workers.stages.review import pending
 
     items = asyncio.run(pending(_settings()))
     if as_json:
@@ -279,7 +279,7 @@ def review_list(as_json: bool) -> None:
 def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: str | None) -> None:
     """Record a person's verdict: accept goes through rules to state, reject ends it."""
     from pipeline.review import HumanVerdict
-    from workers.review import decide
+    from workers.stages.review import decide
 
     settings = _settings(policy)
     try:
@@ -295,7 +295,7 @@ def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: s
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def dashboard(policy: str | None) -> None:
     """Serve the live decisions dashboard (GROUNDSTREAM_WEB_HOST:PORT, 127.0.0.1 by default)."""
-    from workers.dashboard import run_dashboard
+    from workers.web.app import run_dashboard
 
     settings = _settings(policy)
     _policy(settings)
@@ -313,7 +313,7 @@ def control() -> None:
 def kill_switch(state: str, by: str) -> None:
     """Stop (on) or allow (off) all automatic acceptance, on every worker within seconds."""
     from topics.names import Topic
-    from workers.control import publish_kill_switch
+    from workers.runtime.control import publish_kill_switch
 
     settings = _settings()
     asyncio.run(

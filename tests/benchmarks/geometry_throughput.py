@@ -635,7 +635,7 @@ def print_table(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    from workers.settings import Settings
+    from workers.runtime.settings import Settings
 
     defaults = Settings()
     p = argparse.ArgumentParser(
@@ -761,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     from pipeline.encoder import load_encoder
-    from workers.settings import Settings
+    from workers.runtime.settings import Settings
 
     policy = Settings(policy=args.policy or "").load_policy()
     with (

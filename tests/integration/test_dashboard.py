@@ -17,9 +17,9 @@ from topics.admin import create_topics
 from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope
-from workers.control import KILL_SWITCH_KEY
-from workers.dashboard import build_app
-from workers.settings import Settings
+from workers.runtime.control import KILL_SWITCH_KEY
+from workers.runtime.settings import Settings
+from workers.web.app import build_app
 
 from .conftest import consume_all, produce
 

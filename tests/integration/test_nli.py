@@ -17,10 +17,10 @@ import torch
 from pipeline.policy import parse_policy
 from topics.codec import loads
 from topics.schema import Candidate, Envelope
-from workers.settings import Settings
-from workers.stagekit import Inbound, StageContext
+from workers.clients.nli import NliSimilarity
+from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
-from workers.stages.nli import NliSimilarity
+from workers.stages.kit import Inbound, StageContext
 
 LABELS = {0: "contradiction", 1: "entailment", 2: "neutral"}
 

@@ -6,7 +6,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from pipeline.routing import RouteConfig
-from workers.stages.endpoints import EndpointPool
+from workers.clients.endpoints import EndpointPool
 
 
 def _gauge(reader: InMemoryMetricReader, name: str) -> dict[str, int]:

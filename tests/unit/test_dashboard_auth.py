@@ -13,8 +13,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from pipeline.records import make_record
 from pipeline.review import HumanVerdict
 from topics.codec import loads
-from workers.dashboard import DashboardState, build_app
-from workers.settings import Settings
+from workers.runtime.settings import Settings
+from workers.web.app import build_app
+from workers.web.state import DashboardState
 
 TOKEN = "s3cret-token"
 SECRET_SPAN = "Jane Doe lives at 12 Private Road"

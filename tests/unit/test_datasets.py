@@ -1,4 +1,4 @@
-"""workers.datasets: format detection and conversion of labelled files into candidates.
+"""workers.eval.datasets: format detection and conversion of labelled files into candidates.
 
 Fixtures are small hand-written files in each supported layout (no shared data).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from workers.datasets import (
+from workers.eval.datasets import (
     DatasetFormat,
     LabelledCandidate,
     detect_format,

@@ -16,10 +16,10 @@ from pipeline.policy import parse_policy
 from pipeline.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
 from topics.names import Topic
 from topics.schema import parse_envelope
-from workers.embedded import EmbeddedResult, run_embedded
-from workers.ladder import build_ladder
-from workers.settings import Settings
-from workers.stagekit import StageContext
+from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.settings import Settings
+from workers.stages.kit import StageContext
+from workers.stages.ladder import build_ladder
 
 QUESTION = "how long can deleted files be restored on the business plan?"
 CONTEXT = (

@@ -24,7 +24,7 @@ from tests.fakes.openai_server import (
     Verdict,
     serve_in_thread,
 )
-from workers.llm_client import CallKind, ChatEndpoint, failure_kind
+from workers.clients.llm import CallKind, ChatEndpoint, failure_kind
 
 JUDGE = JudgeConfig()
 

@@ -16,10 +16,10 @@ from pipeline.switch import GroundingSwitch, SwitchAction
 from tests.unit.test_embedded import STANDARD
 from tests.unit.test_embedded import FakeEncoder as LadderEncoder
 from tests.unit.test_scores import FakeEncoder
-from workers.embedded import run_embedded
-from workers.ladder import build_ladder
-from workers.settings import Settings
-from workers.stagekit import StageContext
+from workers.runtime.embedded import run_embedded
+from workers.runtime.settings import Settings
+from workers.stages.kit import StageContext
+from workers.stages.ladder import build_ladder
 
 
 class EgressAttempted(AssertionError):

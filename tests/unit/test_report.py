@@ -1,4 +1,4 @@
-"""workers.report: figures from hand-built decision records, and the written report."""
+"""workers.eval.report: figures from hand-built decision records, and the written report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workers.report import OUTCOME_TOPICS, summarize, write_report
+from workers.eval.report import OUTCOME_TOPICS, summarize, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

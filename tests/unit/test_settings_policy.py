@@ -12,7 +12,7 @@ from pipeline.routing import ACTIVE_APPROVAL, Mode
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import Thresholds
 from topics.names import Topic
-from workers.settings import Settings, SettingsError
+from workers.runtime.settings import Settings, SettingsError
 
 
 def settings_error(env: dict[str, str]) -> SettingsError:

@@ -11,7 +11,7 @@ from typing import Any
 from pipeline.routing import Next, expired
 from topics.names import Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
-from workers.stagekit import Emit, Inbound, StageContext, conclude, deadletter
+from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 
 
 def open_envelopes(

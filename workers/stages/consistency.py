@@ -17,12 +17,12 @@ from pipeline.consistency import BudgetLimit, ConsistencyDecision, decide_consis
 from pipeline.routing import Next, expired
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.settings import Settings
-from workers.stagekit import Emit, StageContext, conclude
+from workers.clients.encoder import stage_encoder
+from workers.clients.endpoints import EndpointPool, time_left
+from workers.clients.nli import load_nli
+from workers.runtime.settings import Settings
 from workers.stages.common import EnvelopeStage, expire
-from workers.stages.endpoints import EndpointPool, time_left
-from workers.stages.geometry import stage_encoder
-from workers.stages.nli import load_nli
+from workers.stages.kit import Emit, StageContext, conclude
 
 
 def similarities(vectors: np.ndarray) -> np.ndarray:

@@ -13,22 +13,15 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
-from pipeline.encoder import load_encoder
 from pipeline.grounding import GroundingModel, GroundingScore, score_grounding
 from pipeline.results import DGIResult, SGIResult
 from pipeline.routing import Mode, Next, deadline_for, expired
 from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, MalformedMessage, parse_candidate
-from workers.stagekit import Emit, Inbound, StageContext, conclude, deadletter
+from workers.clients.encoder import stage_encoder
 from workers.stages.common import expire
-
-
-def stage_encoder(ctx: StageContext) -> Encoder:
-    """The worker's encoder, loaded on first use and kept for the process."""
-    if "encoder" not in ctx.services:
-        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model)
-    return ctx.services["encoder"]
+from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 
 
 def score_candidates(

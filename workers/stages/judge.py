@@ -13,11 +13,11 @@ from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
 from pipeline.routing import Next, expired, on_reject_destination
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.llm_client import failure_kind
-from workers.settings import Settings
-from workers.stagekit import Emit, StageContext, conclude
+from workers.clients.endpoints import EndpointPool, time_left
+from workers.clients.llm import failure_kind
+from workers.runtime.settings import Settings
 from workers.stages.common import EnvelopeStage, expire, hold_for_review
-from workers.stages.endpoints import EndpointPool, time_left
+from workers.stages.kit import Emit, StageContext, conclude
 
 
 class JudgeStage(EnvelopeStage):

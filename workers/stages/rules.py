@@ -12,8 +12,8 @@ from pipeline.routing import Next
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stagekit import Emit, StageContext, conclude
 from workers.stages.common import EnvelopeStage, hold_for_review
+from workers.stages.kit import Emit, StageContext, conclude
 
 
 class RulesStage(EnvelopeStage):

@@ -13,8 +13,8 @@ from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stagekit import Emit, StageContext, conclude, key_of
 from workers.stages.common import EnvelopeStage, hold_for_review
+from workers.stages.kit import Emit, StageContext, conclude, key_of
 
 _NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 

@@ -10,7 +10,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from pipeline.breaker import BreakerConfig, BreakerStatus
 from pipeline.routing import RouteConfig
-from workers.llm_client import ChatEndpoint
+from workers.clients.llm import ChatEndpoint
 
 
 class EndpointPool:

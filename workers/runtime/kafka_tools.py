@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
-from workers.settings import Settings
+from workers.runtime.settings import Settings
 
 
 def reader(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:

@@ -12,11 +12,11 @@ import time
 from aiokafka.errors import KafkaError
 
 from topics.admin import missing_topics
-from workers.kafka_app import build_app, run_worker
-from workers.ladder import STAGE_NAMES, row
-from workers.settings import Settings
-from workers.stagekit import StageContext
-from workers.telemetry import configure
+from workers.runtime.kafka_app import build_app, run_worker
+from workers.runtime.settings import Settings
+from workers.runtime.telemetry import configure
+from workers.stages.kit import StageContext
+from workers.stages.ladder import STAGE_NAMES, row
 
 log = logging.getLogger("groundstream.runner")
 
@@ -53,7 +53,7 @@ def run_stage(name: str, settings: Settings) -> None:
         max_candidate_bytes=settings.max_candidate_bytes,
     )
     if spec.needs_encoder:
-        from workers.stages.geometry import stage_encoder
+        from workers.clients.encoder import stage_encoder
 
         stage_encoder(ctx)  # load the model before joining the group, not on the first batch
     app = build_app(stage, settings, ctx, stateful=spec.stateful)

@@ -11,10 +11,10 @@ from typing import IO
 
 from pipeline.policy import Policy
 from topics.codec import dumps
-from workers.embedded import EmbeddedResult, run_embedded
-from workers.ladder import build_ladder
-from workers.settings import Settings
-from workers.stagekit import StageContext
+from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.settings import Settings
+from workers.stages.kit import StageContext
+from workers.stages.ladder import build_ladder
 
 
 def read_lines(path: Path) -> list[bytes]:

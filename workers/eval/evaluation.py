@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.policy import Policy
-from workers.datasets import load_labelled
-from workers.report import summarize, write_report
-from workers.settings import Settings
-from workers.verify import run_lines, write_records
+from workers.eval.datasets import load_labelled
+from workers.eval.report import summarize, write_report
+from workers.runtime.settings import Settings
+from workers.runtime.verify import run_lines, write_records
 
 
 def evaluate(

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workers.settings import Settings
-from workers.stagekit import Stage
+from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
+from workers.stages.kit import Stage
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
 

@@ -15,7 +15,7 @@ import time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from topics.codec import dumps, loads
-from workers.stagekit import ControlState
+from workers.stages.kit import ControlState
 
 log = logging.getLogger("groundstream.control")
 KILL_SWITCH_KEY = b"kill_switch"

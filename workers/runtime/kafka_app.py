@@ -16,10 +16,10 @@ import faust
 
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
-from workers.control import ControlListener
-from workers.settings import Settings
-from workers.stagekit import Emit, Inbound, Stage, StageContext, deadletter
-from workers.telemetry import StageTelemetry
+from workers.runtime.control import ControlListener
+from workers.runtime.settings import Settings
+from workers.runtime.telemetry import StageTelemetry
+from workers.stages.kit import Emit, Inbound, Stage, StageContext, deadletter
 
 log = logging.getLogger("groundstream.worker")
 

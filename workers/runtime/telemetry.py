@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from workers.stagekit import Emit
+from workers.stages.kit import Emit
 
 _configured = False
 

@@ -26,7 +26,7 @@ from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
 from pipeline.grounding import FEATURES, fit_grounding, grounding_features
 from pipeline.routing import ACTIVE_APPROVAL
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
-from workers.datasets import LabelledCandidate, file_sha256, load_labelled
+from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]
 

@@ -13,9 +13,9 @@ from pipeline.review import HumanVerdict, destination, reason
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
-from workers.kafka_tools import reader
-from workers.settings import Settings
-from workers.stagekit import StageContext, conclude
+from workers.runtime.kafka_tools import reader
+from workers.runtime.settings import Settings
+from workers.stages.kit import StageContext, conclude
 
 REVIEW_STAGE = "review"
 

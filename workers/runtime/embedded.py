@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from topics.codec import dumps, loads
 from topics.names import TERMINAL, Topic
-from workers.stagekit import Emit, Inbound, Stage, StageContext
+from workers.stages.kit import Emit, Inbound, Stage, StageContext
 
 
 @dataclass

@@ -1,0 +1,14 @@
+"""The worker's sentence encoder: loaded once per process, shared by the stages that embed."""
+
+from __future__ import annotations
+
+from pipeline.encoder import load_encoder
+from pipeline.scores import Encoder
+from workers.stages.kit import StageContext
+
+
+def stage_encoder(ctx: StageContext) -> Encoder:
+    """The worker's encoder, loaded on first use and kept for the process."""
+    if "encoder" not in ctx.services:
+        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model)
+    return ctx.services["encoder"]

@@ -1,0 +1,1 @@
+"""Offline work on labelled data: dataset loaders, `calibrate`, `eval` and its reports."""

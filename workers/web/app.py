@@ -1,0 +1,355 @@
+"""The web dashboard: live aggregates of `decisions`, the review queue, the kill switch.
+
+A background feed follows `decisions` (and the control topic, for the kill-switch banner)
+with a group-less consumer, from the beginning and then live, and folds every record into
+one `DashboardState` owned by the app: bounded counters, the last N sanitized records,
+score histograms and a per-minute rate. Everything the dashboard serves or keeps is a
+sanitized record (`pipeline.records.sanitize`) or a review summary: never raw answer text.
+
+Reading is open to whoever can reach the bind address (127.0.0.1 unless
+GROUNDSTREAM_WEB_HOST says otherwise). Changing state (a review verdict, the kill switch)
+needs `Authorization: Bearer <GROUNDSTREAM_WEB_TOKEN>`; with no token configured those
+endpoints refuse (403), so the dashboard is never open for writes by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.policy import Policy
+from pipeline.records import sanitize
+from pipeline.review import HumanVerdict
+from topics.codec import dumps, loads
+from workers.runtime.settings import Settings
+from workers.web.feed import REVIEW_TIMEOUT, Feed, KafkaFeed, KafkaOperations, Operations
+from workers.web.state import DashboardState
+
+log = logging.getLogger("groundstream.dashboard")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+MAX_BODY = 16 * 1024
+REVIEW_CACHE_SECONDS = 2.0
+
+# --------------------------------------------------------------------- web app --
+
+
+@dataclass
+class _ReviewCache:
+    """`pending` reads two whole topics: share one read among requests close together."""
+
+    items: list[dict[str, Any]] | None = None
+    at: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+STATE = web.AppKey("groundstream_state", DashboardState)
+FEED = web.AppKey("groundstream_feed", Feed)  # type: ignore[type-abstract]
+OPS = web.AppKey("groundstream_ops", Operations)  # type: ignore[type-abstract]
+SETTINGS = web.AppKey("groundstream_settings", Settings)
+REVIEW_CACHE = web.AppKey("groundstream_review_cache", _ReviewCache)
+FEED_TASK = web.AppKey("groundstream_feed_task", asyncio.Task)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=dumps(data), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    response = _json({"error": message}, status)
+    response.headers.update(headers)
+    return response
+
+
+@web.middleware
+async def _security_headers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    response = await handler(request)
+    response.headers.setdefault(
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'",
+    )
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    if request.path.startswith("/api/"):
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def _authorize(request: web.Request) -> web.Response | None:
+    """None when the request carries the configured token; else the refusal to send."""
+    token = request.app[SETTINGS].web_token
+    if not token:
+        return _error(
+            403,
+            "GROUNDSTREAM_WEB_TOKEN is not set: review verdicts and the kill switch are "
+            "disabled on this dashboard",
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode("utf-8"), token.encode("utf-8")
+    ):
+        return _error(401, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"})
+    return None
+
+
+async def _body(request: web.Request) -> dict[str, Any] | web.Response:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        return _error(413, f"body over {MAX_BODY} bytes")
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        return _error(413, f"body over {MAX_BODY} bytes")
+    try:
+        body = loads(raw)
+    except ValueError:
+        return _error(400, "body must be a JSON object")
+    if not isinstance(body, dict):
+        return _error(400, "body must be a JSON object")
+    return body
+
+
+def _person(body: Mapping[str, Any]) -> str | web.Response:
+    by = body.get("by")
+    if not isinstance(by, str) or not by.strip():
+        return _error(400, '"by" must name the person deciding (a non-empty string)')
+    if len(by) > 100:
+        return _error(400, '"by" is longer than 100 characters')
+    return by.strip()
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    feed = request.app[FEED]
+    task = request.app.get(FEED_TASK)
+    running = task is not None and not task.done()
+    return _json(
+        {
+            "status": "ok" if running else "stopped",
+            "feed": {**feed.status(), "running": running},
+            "records": state.records,
+            "subscribers": len(state.subscribers),
+            "kill_switch": state.control.kill_switch,
+            "writes_enabled": bool(request.app[SETTINGS].web_token),
+        }
+    )
+
+
+async def summary(request: web.Request) -> web.Response:
+    return _json(request.app[STATE].summary())
+
+
+async def decisions(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    raw = request.query.get("limit", "100")
+    try:
+        limit = int(raw)
+    except ValueError:
+        return _error(400, f"limit must be an integer, got {raw[:40]!r}")
+    if not 1 <= limit <= state.recent.maxlen:  # type: ignore[operator]
+        return _error(400, f"limit must be between 1 and {state.recent.maxlen}")
+    candidate_id = request.query.get("candidate_id") or None
+    items = state.decisions(limit, candidate_id)
+    return _json({"decisions": items, "count": len(items), "records": state.records})
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    queue = state.subscribe()
+    try:
+        await response.write(b"retry: 3000\n: connected\n\n")
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=15.0)
+            except TimeoutError:
+                await response.write(b": ping\n\n")
+                continue
+            if item is None:
+                break
+            await response.write(b"event: decision\ndata: " + dumps(item) + b"\n\n")
+    except ConnectionResetError:
+        pass  # the client went away
+    finally:
+        state.unsubscribe(queue)
+    return response
+
+
+async def review_list(request: web.Request) -> web.Response:
+    cache = request.app[REVIEW_CACHE]
+    async with cache.lock:
+        if cache.items is None or time.monotonic() - cache.at > REVIEW_CACHE_SECONDS:
+            try:
+                items = await asyncio.wait_for(request.app[OPS].pending(), REVIEW_TIMEOUT)
+            except Exception as exc:
+                log.warning("review queue unavailable: %s", type(exc).__name__)
+                return _error(503, f"review queue unavailable ({type(exc).__name__})")
+            cache.items, cache.at = items, time.monotonic()
+    return _json({"pending": cache.items, "count": len(cache.items)})
+
+
+async def review_decide(request: web.Request) -> web.Response:
+    if (refusal := _authorize(request)) is not None:
+        return refusal
+    body = await _body(request)
+    if isinstance(body, web.Response):
+        return body
+    candidate_id = request.match_info["candidate_id"]
+    if len(candidate_id) > 512:
+        return _error(400, "candidate id is longer than 512 characters")
+    verdict = body.get("verdict")
+    if verdict not in ("accept", "reject"):
+        return _error(400, '"verdict" must be "accept" or "reject"')
+    by = _person(body)
+    if isinstance(by, web.Response):
+        return by
+    note = body.get("note", "")
+    if not isinstance(note, str) or len(note) > 2000:
+        return _error(400, '"note" must be a string of at most 2000 characters')
+    try:
+        record = await asyncio.wait_for(
+            request.app[OPS].decide(candidate_id, HumanVerdict(verdict), by, note),
+            2 * REVIEW_TIMEOUT,
+        )
+    except LookupError as exc:
+        return _error(404, str(exc))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    except Exception as exc:
+        log.warning("review verdict for %s failed: %s", candidate_id, type(exc).__name__)
+        return _error(503, f"could not record the verdict ({type(exc).__name__})")
+    request.app[REVIEW_CACHE].items = None
+    log.info("review: %s %s by %s", candidate_id, verdict, by)
+    return _json({"ok": True, "decision": sanitize(record)})
+
+
+async def kill_switch(request: web.Request) -> web.Response:
+    if (refusal := _authorize(request)) is not None:
+        return refusal
+    body = await _body(request)
+    if isinstance(body, web.Response):
+        return body
+    on = body.get("on")
+    if not isinstance(on, bool):
+        return _error(400, '"on" must be true or false')
+    by = _person(body)
+    if isinstance(by, web.Response):
+        return by
+    try:
+        message = await asyncio.wait_for(request.app[OPS].kill_switch(on, by), REVIEW_TIMEOUT)
+    except Exception as exc:
+        log.warning("kill switch not published: %s", type(exc).__name__)
+        return _error(503, f"could not publish the kill switch ({type(exc).__name__})")
+    control = request.app[STATE].control  # the feed confirms it from the topic shortly
+    control.kill_switch, control.kill_switch_by = on, by
+    control.kill_switch_at = float(message.get("at", time.time()))
+    log.warning("kill switch %s by %s (dashboard)", "ON" if on else "off", by)
+    return _json({"ok": True, "kill_switch": message})
+
+
+async def _run_feed(app: web.Application) -> AsyncIterator[None]:
+    state, feed = app[STATE], app[FEED]
+
+    async def guarded() -> None:
+        try:
+            await feed.run(state)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("decisions feed stopped")
+            raise
+
+    app[FEED_TASK] = asyncio.create_task(guarded(), name="groundstream-dashboard-feed")
+    yield
+    app[FEED_TASK].cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await app[FEED_TASK]
+
+
+async def _close_streams(app: web.Application) -> None:
+    app[STATE].close_subscribers()
+
+
+def build_app(
+    settings: Settings,
+    policy: Policy,
+    *,
+    feed: Feed | None = None,
+    ops: Operations | None = None,
+    state: DashboardState | None = None,
+) -> web.Application:
+    """The dashboard app; `feed` and `ops` default to the configured Kafka cluster."""
+    app = web.Application(middlewares=[_security_headers], client_max_size=MAX_BODY)
+    app[SETTINGS] = settings
+    app[STATE] = state if state is not None else DashboardState()
+    app[FEED] = feed if feed is not None else KafkaFeed(settings)
+    app[OPS] = ops if ops is not None else KafkaOperations(settings, policy)
+    app[REVIEW_CACHE] = _ReviewCache()
+    app.cleanup_ctx.append(_run_feed)
+    app.on_shutdown.append(_close_streams)
+    app.router.add_get("/", index)
+    app.router.add_get("/api/health", health)
+    app.router.add_get("/api/summary", summary)
+    app.router.add_get("/api/decisions", decisions)
+    app.router.add_get("/api/events", events)
+    app.router.add_get("/api/review", review_list)
+    app.router.add_post("/api/review/{candidate_id}", review_decide)
+    app.router.add_post("/api/kill-switch", kill_switch)
+    app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False)
+    return app
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_dashboard(settings: Settings) -> None:
+    """Serve the dashboard on settings.web_host:web_port until SIGINT or SIGTERM."""
+    policy = settings.load_policy()
+    if not settings.web_token:
+        log.warning(
+            "GROUNDSTREAM_WEB_TOKEN is not set: the dashboard is read-only "
+            "(review verdicts and the kill switch answer 403)"
+        )
+    if not _is_loopback(settings.web_host):
+        log.warning(
+            "dashboard listens on %s, beyond this machine: anyone who can reach it can read "
+            "the sanitized decisions",
+            settings.web_host,
+        )
+    log.warning("dashboard on http://%s:%d/", settings.web_host, settings.web_port)
+    web.run_app(
+        build_app(settings, policy),
+        host=settings.web_host,
+        port=settings.web_port,
+        shutdown_timeout=5.0,
+        print=None,
+        handle_signals=True,
+    )

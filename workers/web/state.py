@@ -1,0 +1,335 @@
+"""Dashboard state: live aggregates of sanitized decision records.
+
+Every record the feed reads is folded into one `DashboardState` owned by the app: bounded
+counters, the last N sanitized records, score histograms and a per-minute rate. Everything
+kept here is a sanitized record (`pipeline.records.sanitize`): never raw answer text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
+from topics.codec import loads
+from topics.names import Topic
+from workers.runtime.control import apply_control
+from workers.stages.kit import ControlState
+
+OUTCOME_TOPICS: tuple[str, ...] = tuple(
+    t.value
+    for t in (
+        Topic.STATE,
+        Topic.FALLBACK,
+        Topic.REGENERATE,
+        Topic.REJECT,
+        Topic.REVIEW,
+        Topic.DEADLETTER,
+    )
+)
+# Score ranges of the geometry histograms: (low, high, bins); values outside count as
+# under/over (the SGI sentinel 10.0 lands in `over`).
+HISTOGRAM_RANGES: dict[str, tuple[float, float, int]] = {
+    "sgi": (0.0, 2.5, 25),
+    "dgi": (-1.0, 1.0, 20),
+}
+DEFAULT_RANGE = (0.0, 1.0, 20)
+MAX_KEYS = 200  # distinct values kept per counter; the rest count as "(other)"
+MAX_NAME = 80  # stage, action, gate ... names longer than this are cut
+
+
+# ----------------------------------------------------------------------- state --
+
+
+class BoundedCounter:
+    """A Counter with at most `limit` distinct keys: junk on the topic cannot grow it."""
+
+    OTHER = "(other)"
+
+    def __init__(self, limit: int = MAX_KEYS) -> None:
+        self.limit = limit
+        self.counts: Counter[str] = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        if key not in self.counts and len(self.counts) >= self.limit:
+            key = self.OTHER
+        self.counts[key] += n
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.counts.most_common())
+
+
+class Histogram:
+    def __init__(self, lo: float, hi: float, bins: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.bins = [0] * bins
+        self.under = self.over = 0
+
+    def add(self, x: float) -> None:
+        if x < self.lo:
+            self.under += 1
+        elif x >= self.hi:
+            self.over += 1
+        else:
+            i = int((x - self.lo) / (self.hi - self.lo) * len(self.bins))
+            self.bins[min(i, len(self.bins) - 1)] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lo": self.lo,
+            "hi": self.hi,
+            "bins": list(self.bins),
+            "under": self.under,
+            "over": self.over,
+            "count": sum(self.bins) + self.under + self.over,
+        }
+
+
+def _name(value: Any, default: str = "") -> str:
+    """A record field as a short label (fields off the topic may hold anything)."""
+    if value is None or value == "":
+        return default
+    return str(value)[:MAX_NAME]
+
+
+def _epoch(iso: Any) -> float | None:
+    if not isinstance(iso, str):
+        return None
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+class DashboardState:
+    """Everything the dashboard knows, bounded; fed by a `Feed`, read by the handlers."""
+
+    def __init__(
+        self,
+        *,
+        recent: int = 500,
+        trails: int = 2000,
+        trail_length: int = 32,
+        minutes: int = 60,
+        seen_hashes: int = 20000,
+        subscriber_queue: int = 1000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock = clock
+        self.control = ControlState()
+        self.records = 0
+        self.malformed = 0
+        self.duplicates = 0
+        self.outcomes = BoundedCounter()
+        self.stage_actions: dict[str, BoundedCounter] = {}
+        self.routes: dict[str, BoundedCounter] = {}
+        self.gates = BoundedCounter()
+        self.breakers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.histograms: dict[str, Histogram] = {}
+        self.thresholds: dict[str, float] = {}
+        self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.trails: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self.max_trails, self.trail_length = trails, trail_length
+        self.minutes: dict[int, list[int]] = {}
+        self.max_minutes = minutes
+        self.seconds: dict[int, int] = {}
+        self.last_decided_at: str | None = None
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._max_seen = seen_hashes
+        self.subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.subscriber_queue = subscriber_queue
+        self.dropped_events = 0
+
+    # -- feeding ----------------------------------------------------------------
+
+    def apply_control(self, key: bytes | None, value: bytes | None) -> None:
+        apply_control(self.control, key, value)
+
+    def ingest_bytes(self, value: bytes | None) -> None:
+        try:
+            record = loads(value) if value is not None else None
+        except ValueError:
+            record = None
+        self.ingest(record)
+
+    def ingest(self, record: Any) -> dict[str, Any] | None:
+        """Fold one decision record in; returns its sanitized form (None if skipped)."""
+        if not isinstance(record, Mapping) or not isinstance(record.get("candidate_id"), str):
+            self.malformed += 1
+            return None
+        digest = record.get("hash")
+        if isinstance(digest, str):
+            if digest in self._seen:
+                self.duplicates += 1
+                return None
+            self._seen[digest] = None
+            if len(self._seen) > self._max_seen:
+                self._seen.popitem(last=False)
+        clean = sanitize(record)
+        self.records += 1
+        stage = _name(record.get("stage"), "?")
+        action = _name(record.get("action"), "?")
+        is_outcome = stage == OUTCOME_STAGE
+        if "topic" in record:
+            self.outcomes.add(_name(record.get("topic"), "?"))
+        if is_outcome:
+            route = self.routes.setdefault(_name(record.get("route"), "?"), BoundedCounter(20))
+            route.add(_name(record.get("mode"), "?"))
+        else:
+            self.stage_actions.setdefault(stage, BoundedCounter(50)).add(action)
+            if record.get("gate"):
+                self.gates.add(_name(record.get("gate")))
+        self._breakers(record)
+        self._histogram(record, stage)
+        self._time(record, is_outcome)
+        self.recent.append(clean)
+        self._trail(record["candidate_id"], clean)
+        self._publish(clean)
+        return clean
+
+    def _breakers(self, record: Mapping[str, Any]) -> None:
+        breaker = record.get("breaker")
+        if not isinstance(breaker, Mapping):
+            return
+        for endpoint, status in breaker.items():
+            key = f"{_name(endpoint)}@{_name(record.get('route'), '?')}"
+            self.breakers[key] = {
+                "endpoint": _name(endpoint),
+                "route": _name(record.get("route"), "?"),
+                "state": _name(status, "?"),
+                "at": record.get("decided_at"),
+            }
+            self.breakers.move_to_end(key)
+            if len(self.breakers) > MAX_KEYS:
+                self.breakers.popitem(last=False)
+
+    def _histogram(self, record: Mapping[str, Any], stage: str) -> None:
+        score = _number(record.get("score"))
+        if stage != "geometry" or score is None:
+            return
+        method = _name(record.get("method"), "?")
+        if method not in self.histograms:
+            if len(self.histograms) >= 10:
+                return
+            self.histograms[method] = Histogram(*HISTOGRAM_RANGES.get(method, DEFAULT_RANGE))
+        self.histograms[method].add(score)
+        thresholds = record.get("thresholds")
+        if isinstance(thresholds, Mapping) and thresholds:  # the policy's, as last seen
+            self.thresholds = {
+                _name(k): x for k, v in thresholds.items() if (x := _number(v)) is not None
+            }
+
+    def _time(self, record: Mapping[str, Any], is_outcome: bool) -> None:
+        at = _epoch(record.get("decided_at"))
+        if at is None:
+            return
+        if self.last_decided_at is None or str(record["decided_at"]) > self.last_decided_at:
+            self.last_decided_at = str(record["decided_at"])
+        minute = int(at // 60)
+        bucket = self.minutes.setdefault(minute, [0, 0])
+        bucket[0] += 1
+        bucket[1] += int(is_outcome)
+        if len(self.minutes) > self.max_minutes:
+            newest = max(self.minutes)
+            for m in [m for m in self.minutes if m <= newest - self.max_minutes]:
+                del self.minutes[m]
+        now = self.clock()
+        if now - 60 < at <= now + 5:
+            second = int(at)
+            self.seconds[second] = self.seconds.get(second, 0) + 1
+            self._prune_seconds(now)
+
+    def _prune_seconds(self, now: float) -> None:
+        for s in [s for s in self.seconds if s <= now - 60]:
+            del self.seconds[s]
+
+    def _trail(self, candidate_id: str, clean: dict[str, Any]) -> None:
+        cid = candidate_id[:512]
+        trail = self.trails.get(cid)
+        if trail is None:
+            trail = self.trails[cid] = deque(maxlen=self.trail_length)
+            if len(self.trails) > self.max_trails:
+                self.trails.popitem(last=False)
+        else:
+            self.trails.move_to_end(cid)
+        trail.append(clean)
+
+    # -- live subscribers ---------------------------------------------------------
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(self.subscriber_queue)
+        self.subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        self.subscribers.discard(queue)
+
+    def _publish(self, clean: dict[str, Any]) -> None:
+        for queue in self.subscribers:
+            if queue.full():  # a slow client loses its oldest events, never stalls the feed
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                self.dropped_events += 1
+            queue.put_nowait(clean)
+
+    def close_subscribers(self) -> None:
+        for queue in self.subscribers:
+            if queue.full():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+            queue.put_nowait(None)
+
+    # -- reading ------------------------------------------------------------------
+
+    def decisions(self, limit: int, candidate_id: str | None = None) -> list[dict[str, Any]]:
+        """Newest first."""
+        if candidate_id is not None:
+            source: Any = self.trails.get(candidate_id, ())
+        else:
+            source = self.recent
+        return list(reversed(source))[:limit]
+
+    def summary(self) -> dict[str, Any]:
+        now = self.clock()
+        self._prune_seconds(now)
+        outcomes = {t: 0 for t in OUTCOME_TOPICS} | self.outcomes.as_dict()
+        histograms = {}
+        for method, hist in sorted(self.histograms.items()):
+            marks = {k: v for k, v in self.thresholds.items() if k.startswith(method + "_")}
+            histograms[method] = hist.as_dict() | {"thresholds": marks}
+        return {
+            "records": self.records,
+            "malformed": self.malformed,
+            "duplicates": self.duplicates,
+            "outcomes": outcomes,
+            "candidates_finished": sum(outcomes.values()),
+            "stages": {s: c.as_dict() for s, c in self.stage_actions.items()},
+            "routes": {r: c.as_dict() for r, c in sorted(self.routes.items())},
+            "gates": self.gates.as_dict(),
+            "breakers": sorted(self.breakers.values(), key=lambda b: (b["endpoint"], b["route"])),
+            "histograms": histograms,
+            "per_minute": [
+                {"minute": iso_time(m * 60), "decisions": d, "outcomes": o}
+                for m, (d, o) in sorted(self.minutes.items())
+            ],
+            "rate_per_minute": sum(self.seconds.values()),
+            "last_decided_at": self.last_decided_at,
+            "kill_switch": {
+                "on": self.control.kill_switch,
+                "by": self.control.kill_switch_by,
+                "at": self.control.kill_switch_at,
+            },
+        }
