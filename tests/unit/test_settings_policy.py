@@ -77,7 +77,6 @@ class TestSettingsFromEnv:
             ("GROUNDSTREAM_WEB_PORT", "0"),
             ("GROUNDSTREAM_WEB_PORT", "70000"),
             ("GROUNDSTREAM_WEB_ENABLED", "maybe"),
-            ("GROUNDSTREAM_LOG_TEXT", "2"),
             ("GROUNDSTREAM_JUDGE_TIMEOUT", "-1"),
             ("GROUNDSTREAM_SAMPLER_TIMEOUT", "soon"),
             ("GROUNDSTREAM_CONTROL_POLL", "0"),

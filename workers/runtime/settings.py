@@ -76,7 +76,6 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_candidate_bytes": (_positive_int, "bytes >= 1"),
     "web_port": (_port, "a TCP port"),
     "web_enabled": (_bool, "true or false"),
-    "log_text": (_bool, "true or false"),
     "sampler_url": (_url, "an http(s) base URL ending in /v1"),
     "judge_url": (_url, "an http(s) base URL ending in /v1"),
     "sampler_timeout": (_positive_float, "seconds > 0"),
@@ -113,7 +112,6 @@ class Settings:
     sampler_api_key: str = field(default="", repr=False)
     nli_model: str = ""
     log_level: str = "info"
-    log_text: bool = False
     otlp_endpoint: str = ""
     control_poll: float = 0.5
 
