@@ -14,7 +14,6 @@ from pipeline.consistency import (
     ConsistencyConfig,
     ConsistencyLevel,
     GroundingOutcome,
-    Interpretation,
     build_sample_request,
     decide_consistency,
     group_by_meaning,
@@ -211,11 +210,6 @@ class TestDecision:
         d = decide_consistency(np.ones(4), np.ones((4, 4)), [long] * 4)
         assert len(d.committed.evidence) == 3
         assert all(len(e) <= 240 for e in d.committed.evidence)
-
-    def test_interpretation_is_frozen(self):
-        i = Interpretation("m0", 0, (0,), 1.0, ("x",))
-        with pytest.raises(AttributeError):
-            i.score = 0.5  # type: ignore[misc]
 
 
 class TestLevels:
