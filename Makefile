@@ -4,7 +4,7 @@ VENV ?= $(HOME)/.cache/groundstream/venv
 PY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 
-.PHONY: venv demo test lint format bench kafka-start kafka-stop
+.PHONY: venv demo test test-unit lint format bench kafka-start kafka-stop
 
 $(DEPS_STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,9 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
 
 lint: venv
 	$(VENV)/bin/ruff check .
