@@ -7,12 +7,13 @@ import socket
 import numpy as np
 import pytest
 
-from pipeline.check import check
+from pipeline.check import Level, check
 from pipeline.consistency import decide_consistency
 from pipeline.policy import parse_policy
 from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch
 from pipeline.switch import GroundingSwitch, SwitchAction
+from pipeline.thresholds import SGI_DEGENERATE, Thresholds
 from tests.unit.test_embedded import STANDARD
 from tests.unit.test_embedded import FakeEncoder as LadderEncoder
 from tests.unit.test_scores import FakeEncoder
@@ -51,16 +52,23 @@ def test_the_block_works(no_network):
 
 
 def test_scores_switch_check_rules_consistency_stay_offline(no_network):
-    encoder = FakeEncoder(
-        {"q": [1.0, 0.0], "c": [0.0, 1.0], "r": [0.3, 0.95], "s1": [0.3, 0.95], "s2": [0.3, 0.9]}
-    )
-    sgi = compute_sgi_batch([("q", "c", "r"), ("q", ["c", "r"], "r")], encoder)
+    encoder = FakeEncoder({"q": [1.0, 0.0], "c": [0.0, 1.0], "r": [0.3, 0.95], "w": [0.95, 0.3]})
+    sgi = compute_sgi_batch([("q", "c", "r"), ("q", ["c", "r"], "r"), ("q", "c", "w")], encoder)
     dgi = compute_dgi_batch([("q", "r")], encoder, np.array([-1.0, 1.0]))
-    switch = GroundingSwitch(on_reject="regenerate")
-    for score in (*sgi, *dgi):
-        verdict = check(score)
-        assert verdict.render()
-        assert switch(score).action in set(SwitchAction)
+    seed = Thresholds()
+    switch = GroundingSwitch(
+        accept_threshold_sgi=seed.sgi_strong_pass,
+        reject_threshold_sgi=seed.sgi_review,
+        accept_threshold_dgi=seed.dgi_pass,
+        on_reject="regenerate",
+    )
+    seen = [(round(s.value, 3), check(s, seed).level, switch(s).action) for s in (*sgi, *dgi)]
+    assert seen == [
+        (4.135, Level.OK, SwitchAction.ACCEPT),  # r at atan(0.95/0.3) from q: SGI = t/(π/2 − t)
+        (SGI_DEGENERATE, Level.OK, SwitchAction.ACCEPT),  # r is one of the chunks: capped
+        (0.242, Level.RISK, SwitchAction.REGENERATE),  # w hugs the question
+        (0.988, Level.OK, SwitchAction.ACCEPT),  # r − q almost along μ̂
+    ]
     rules = evaluate_rules(
         RuleInput("how long?", ("kept for ninety days",), "kept for ninety days"), RulesConfig()
     )

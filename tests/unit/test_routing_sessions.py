@@ -90,10 +90,13 @@ class TestRouteConfig:
     def test_active_direct_construction_also_checked(self):
         with pytest.raises(PolicyError):
             RouteConfig(name="x", mode=Mode.ACTIVE)
-        assert RouteConfig(name="x", mode=Mode.ACTIVE, active_approval=ACTIVE_APPROVAL)
+        route = RouteConfig(name="x", mode=Mode.ACTIVE, active_approval=ACTIVE_APPROVAL)
+        assert route.mode is Mode.ACTIVE
 
     def test_approval_is_ignored_outside_active(self):
-        assert RouteConfig.from_mapping("r", {"mode": "shadow", "active_approval": "x"})
+        route = RouteConfig.from_mapping("r", {"mode": "shadow", "active_approval": "x"})
+        assert route.mode is Mode.SHADOW
+        assert route.active_approval == "x"
 
     def test_accept_is_not_an_on_reject(self):
         err = policy_error("r", {"on_reject": "accept"})
