@@ -58,6 +58,8 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        self.cache_lookups = 0  # texts asked for; with cache_hits, the workers' hit rate
+        self.cache_hits = 0
 
     @property
     def dimension(self) -> int:
@@ -75,6 +77,8 @@ class SentenceEncoder:
         for key, text in zip(keys, texts, strict=True):
             if key not in self._cache and key not in missing:
                 missing[key] = text
+        self.cache_lookups += len(keys)
+        self.cache_hits += len(keys) - len(missing)
         if missing:
             fresh = self.encode_uncached(list(missing.values()))
             for key, row in zip(missing, fresh, strict=True):

@@ -26,9 +26,12 @@ class EndpointPool:
         )
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        for route, endpoint in self._by_route.items():
-            is_open = endpoint.breaker_state.status is not BreakerStatus.CLOSED
-            yield Observation(int(is_open), {"route": route})
+        for route, status in self.breakers().items():
+            yield Observation(int(status is not BreakerStatus.CLOSED), {"route": route})
+
+    def breakers(self) -> dict[str, BreakerStatus]:
+        """Each route's breaker status, for the metrics endpoint and the OTel gauge."""
+        return {route: e.breaker_state.status for route, e in self._by_route.items()}
 
     @property
     def configured(self) -> bool:
