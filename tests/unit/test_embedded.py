@@ -1,19 +1,39 @@
 """The embedded runner end to end: the whole ladder in one process with a fake encoder.
 
-Vectors are built so each candidate's SGI is known: q = (1, 0, 0), c = (0, 1, 0) and a
-response at angle t in their plane has SGI = t / (π/2 − t).
+The candidates and their vectors (each SGI known by construction) live in
+tests/fixtures/ladder_scenario.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from pipeline.policy import parse_policy
 from pipeline.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
+from tests.fixtures.fakes import FakeEncoder
+from tests.fixtures.ladder_scenario import (
+    CONTEXT,
+    MALFORMED,
+    MU,
+    QUESTION,
+    R_ACCEPT,
+    R_DGI_BAD,
+    R_DGI_GOOD,
+    R_MIDDLE,
+    R_NAMED,
+    R_REJECT,
+    R_SAMPLED,
+    SAMPLES,
+    STANDARD,
+    T_ACCEPT,
+    T_MIDDLE,
+    T_REJECT,
+    VECTORS,
+    cand,
+    sgi_at,
+)
 from topics.names import Topic
 from topics.schema import parse_envelope
 from workers.runtime.embedded import EmbeddedResult, run_embedded
@@ -21,89 +41,9 @@ from workers.runtime.settings import Settings
 from workers.stages.kit import StageContext
 from workers.stages.ladder import build_ladder
 
-QUESTION = "how long can deleted files be restored on the business plan?"
-CONTEXT = (
-    "on the business plan deleted files can be restored for ninety days after deletion "
-    "and are then purged"
-)
-R_ACCEPT = "deleted files can be restored for ninety days after deletion"
-R_REJECT = "deleted files are kept forever and never purged"
-R_MIDDLE = "files can be restored for ninety days"
-R_SAMPLED = "restored for ninety days after deletion"
-SAMPLES = ("ninety days after deletion", "they can be restored for ninety days")
-R_NAMED = "deleted files can be restored for ninety days by Zorblax"
-R_DGI_GOOD = "deleted files stay restorable for ninety days"
-R_DGI_BAD = "nobody knows what happens to deleted files"
-
-
-def at(t: float) -> list[float]:
-    return [math.cos(t), math.sin(t), 0.0]
-
-
-def sgi_at(t: float) -> float:
-    return t / (math.pi / 2 - t)
-
-
-T_ACCEPT, T_REJECT, T_MIDDLE = 0.9, 0.4, 0.8
-assert sgi_at(T_ACCEPT) >= 1.2 and sgi_at(T_REJECT) < 0.95 and 0.95 <= sgi_at(T_MIDDLE) < 1.2
-
-VECTORS: dict[str, list[float]] = {
-    QUESTION: [1.0, 0.0, 0.0],
-    CONTEXT: [0.0, 2.0, 0.0],  # any norm: geometry normalises
-    R_ACCEPT: at(T_ACCEPT),
-    R_REJECT: at(T_REJECT),
-    R_MIDDLE: at(T_MIDDLE),
-    R_SAMPLED: at(T_MIDDLE),
-    SAMPLES[0]: at(T_MIDDLE),
-    SAMPLES[1]: [2 * x for x in at(T_MIDDLE)],
-    R_NAMED: at(T_ACCEPT),
-    R_DGI_GOOD: [0.0, 0.0, 1.0],  # r - q = (-1, 0, 1): along μ̂, DGI = 1
-    R_DGI_BAD: [0.0, 1.0, 0.0],  # r - q = (-1, 1, 0): DGI = 0.5 < 0.525
-}
-MU = [-1.0, 0.0, 1.0]
-
-
-class FakeEncoder:
-    """Text → vector from a dict; an unknown text is a test bug and fails loudly."""
-
-    model_id = "fake"
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def encode(self, texts):
-        self.calls.append(list(texts))
-        return np.array([VECTORS[t] for t in texts], dtype=np.float64)
-
-    def windows(self, text: str) -> list[str]:
-        return [text]
-
-
-def cand(cid: str, response: str, **extra) -> dict:
-    data = {
-        "id": cid,
-        "session_id": f"s-{cid}",
-        "turn": 0,
-        "initiator": "user",
-        "question": QUESTION,
-        "context": CONTEXT,
-        "response": response,
-    }
-    data.update(extra)
-    return data
-
-
-STANDARD = [
-    cand("accept", R_ACCEPT),
-    cand("reject", R_REJECT),
-    cand("middle", R_MIDDLE),
-    cand("sampled", R_SAMPLED, samples=list(SAMPLES)),
-]
-MALFORMED = [b"not json at all", b'{"id": "x"}', b'{"id": "\xff"}', b'{"id": 1, "session_id": 2}']
-
 
 def make_ctx(policy: dict | None = None) -> tuple[StageContext, FakeEncoder]:
-    encoder = FakeEncoder()
+    encoder = FakeEncoder(VECTORS)
     ctx = StageContext(policy=parse_policy(policy or {"policy": {"version": "test-1"}}))
     ctx.services["encoder"] = encoder
     return ctx, encoder

@@ -14,9 +14,8 @@ from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import SGI_DEGENERATE, Thresholds
-from tests.unit.test_embedded import STANDARD
-from tests.unit.test_embedded import FakeEncoder as LadderEncoder
-from tests.unit.test_scores import FakeEncoder
+from tests.fixtures.fakes import FakeEncoder
+from tests.fixtures.ladder_scenario import STANDARD, VECTORS
 from workers.runtime.embedded import run_embedded
 from workers.runtime.settings import Settings
 from workers.stages.kit import StageContext
@@ -82,6 +81,6 @@ def test_scores_switch_check_rules_consistency_stay_offline(no_network):
 
 async def test_embedded_ladder_without_endpoints_stays_offline(no_network):
     ctx = StageContext(policy=parse_policy({"policy": {"version": "offline"}}))
-    ctx.services["encoder"] = LadderEncoder()
+    ctx.services["encoder"] = FakeEncoder(VECTORS)
     result = await run_embedded(STANDARD, build_ladder(Settings()), ctx)
     assert len(result.outcomes()) == len(STANDARD)

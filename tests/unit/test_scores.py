@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from pipeline.scores import (
     sgi_from_embeddings,
 )
 from pipeline.thresholds import SGI_DEGENERATE
+from tests.fixtures.fakes import FakeEncoder
 
 Q = np.array([1.0, 0.0])
 C = np.array([0.0, 1.0])
@@ -36,26 +36,6 @@ def at(t: float) -> np.ndarray:
 def sgi_at(t: float) -> float:
     """SGI of a response at angle t between q=(1,0) and c=(0,1): θ_rq / θ_rc."""
     return t / (math.pi / 2 - t)
-
-
-class FakeEncoder:
-    """Text → vector from a dict; counts encode calls; optional fixed window splits."""
-
-    def __init__(
-        self,
-        vectors: dict[str, Sequence[float]],
-        splits: dict[str, list[str]] | None = None,
-    ) -> None:
-        self.vectors = {k: np.asarray(v, dtype=np.float64) for k, v in vectors.items()}
-        self.splits = splits or {}
-        self.calls: list[list[str]] = []
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        return np.stack([self.vectors[t] for t in texts])
-
-    def windows(self, text: str) -> list[str]:
-        return list(self.splits.get(text, [text]))
 
 
 class TestSgiHandComputed:
@@ -427,6 +407,15 @@ class TestProperties:
 
     @settings(max_examples=100, deadline=None)
     @given(q=vectors3, r=vectors3, mu=vectors3)
-    def test_dgi_is_a_cosine(self, q, r, mu):
+    def test_dgi_is_the_cosine_of_the_unit_displacement_to_mu(self, q, r, mu):
+        assume(_well_separated(q, r) and float(np.linalg.norm(mu)) >= 0.1)
+        qh = [x / math.hypot(*q) for x in q]
+        rh = [x / math.hypot(*r) for x in r]
+        d = [b - a for a, b in zip(qh, rh, strict=True)]
+        expected = sum(x * m for x, m in zip(d, mu, strict=True)) / (
+            math.hypot(*d) * math.hypot(*mu)
+        )
         result = dgi_from_embeddings(q, r, mu)
-        assert -1.0 <= result.value <= 1.0
+        assert result.value == pytest.approx(expected, abs=1e-9)
+        assert dgi_from_embeddings(q, r, -mu).value == pytest.approx(-result.value, abs=1e-12)
+        assert dgi_from_embeddings(r, q, mu).value == pytest.approx(-result.value, abs=1e-12)
