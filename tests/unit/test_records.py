@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import itertools
 
+import numpy as np
 import orjson
 import pytest
 
+from pipeline.consistency import decide_consistency
 from pipeline.records import (
     OUTCOME_STAGE,
     comparable,
@@ -141,25 +143,35 @@ class TestVerifyChain:
 
 
 class TestSanitize:
-    PRIVATE = (
-        "interpretations",
-        "competing",
-        "committed",
-        "partial_at_cutoff",
-        "samples",
-        "top_tokens",
-        "spans",
-        "hits",
-        "note",
+    @pytest.mark.parametrize(
+        ("scores", "similarity"),
+        [
+            ([0.9, 0.92], [[1.0, 0.95], [0.95, 1.0]]),  # one meaning: committed
+            ([0.9, 0.9], [[1.0, 0.1], [0.1, 1.0]]),  # two meanings: competing
+        ],
     )
+    def test_consistency_sample_texts_are_dropped(self, scores, similarity):
+        # The consistency stage stores decide_consistency's record as its evidence; every
+        # interpretation carries the raw sample texts.
+        samples = ["restored for ninety days Zorblax", "kept forever Quuxley"]
+        decision = decide_consistency(np.array(scores), np.array(similarity), samples)
+        evidence = {"sample_source": "candidate", **decision.to_dict()}
+        assert "Zorblax" in orjson.dumps(evidence).decode()
+        clean = sanitize(record("consistency", evidence=evidence))
+        text = orjson.dumps(clean).decode()
+        assert "Zorblax" not in text and "Quuxley" not in text
+        assert clean["evidence"]["outcome"] == decision.outcome.value
+        assert clean["evidence"]["consistency_score"] == decision.consistency_score
+        assert clean["evidence"]["sample_source"] == "candidate"
 
-    def test_private_evidence_keys_are_dropped(self):
-        evidence = {key: ["secret text"] for key in self.PRIVATE}
-        evidence |= {"outcome": "committed", "consistency_score": 0.8}
-        rec = record("consistency", evidence=evidence)
-        clean = sanitize(rec)
-        assert set(clean["evidence"]) == {"outcome", "consistency_score"}
-        assert "secret text" not in orjson.dumps(clean).decode()
+    def test_reviewer_note_is_dropped_and_reviewer_kept(self):
+        rec = record("review", evidence={"reviewer": "ana", "note": "the user's Zorblax account"})
+        assert sanitize(rec)["evidence"] == {"reviewer": "ana"}
+
+    def test_private_keys_are_dropped_at_any_depth(self):
+        evidence = {"calls": [{"top_tokens": ["Zorblax"], "status": "ok"}], "samples": ["x"]}
+        clean = sanitize(record("judge", evidence=evidence))
+        assert clean["evidence"] == {"calls": [{"status": "ok"}]}
 
     def test_other_fields_are_kept(self):
         rec = record("switch", score=1.3, evidence={"check": "[OK] SGI=1.300"})
