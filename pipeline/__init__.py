@@ -1,17 +1,37 @@
 """groundstream's deterministic core: scores, checks, the switch, the later stages'
-decisions, decision records and calibration. No Kafka, no event loop, and importing it
-loads no model and no torch: only the stages that embed build an encoder.
+decisions and decision records. No Kafka, no event loop, and importing it loads no model,
+no torch and no fitting code (that is `pipeline.fit`): only the stages that embed build
+an encoder.
+
+`check`, `GroundingSwitch`, `compute_sgi`, `compute_dgi` and `score_candidate` come from
+`pipeline.defaults`: given no thresholds, encoder or μ̂, they use the active policy's
+(GROUNDSTREAM_POLICY, else the shipped one), so a library user gets the workers' verdict.
+The seed's cuts stay available by name (`SGI_STRONG_PASS`, ..., `Thresholds.seed()`).
 """
 
-from pipeline.calibrate import FitResult, fit_thresholds
-from pipeline.check import Check, Level, check
+from importlib.metadata import PackageNotFoundError, version
+
+from pipeline.check import Check, Level
+from pipeline.defaults import (
+    GroundingSwitch,
+    check,
+    compute_dgi,
+    compute_sgi,
+    default_policy,
+    score_candidate,
+)
 from pipeline.errors import GroundstreamError, PolicyError, ScoringError
 from pipeline.policy import Policy, load_policy, parse_policy
-from pipeline.results import DGIResult, SGIResult
-from pipeline.routing import Mode, Next, RouteConfig
-from pipeline.scores import compute_dgi, compute_dgi_batch, compute_sgi, compute_sgi_batch
-from pipeline.switch import GroundingSwitch, SwitchAction, SwitchDecision
+from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.routing import Mode, RouteConfig
+from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
+from pipeline.switch import SwitchAction, SwitchDecision
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+
+try:
+    __version__ = version("groundstream")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0"
 
 __all__ = [
     "DGI_PASS",
@@ -19,12 +39,12 @@ __all__ = [
     "SGI_STRONG_PASS",
     "Check",
     "DGIResult",
-    "FitResult",
+    "Encoder",
+    "GroundingScore",
     "GroundingSwitch",
     "GroundstreamError",
     "Level",
     "Mode",
-    "Next",
     "Policy",
     "PolicyError",
     "RouteConfig",
@@ -33,12 +53,14 @@ __all__ = [
     "SwitchAction",
     "SwitchDecision",
     "Thresholds",
+    "__version__",
     "check",
     "compute_dgi",
     "compute_dgi_batch",
     "compute_sgi",
     "compute_sgi_batch",
-    "fit_thresholds",
+    "default_policy",
     "load_policy",
     "parse_policy",
+    "score_candidate",
 ]

@@ -1,7 +1,9 @@
 """check(): the human-readable verdict on a geometric score, and the one home of its wording.
 
 `check` and `GroundingSwitch` read the same `Thresholds`, so the audit text and the
-routing action always agree (seed 000, "Relationship to check()"). A non-geometric
+routing action always agree (seed 000, "Relationship to check()"). Given no thresholds,
+this pure function uses the seed's cuts; `pipeline.check` (from `pipeline.defaults`)
+uses the shipped policy's, as the workers do. A non-geometric
 score (for example a consistency score) is passed through as `review` and escalated:
 geometry does not reinterpret another stage's signal.
 """
@@ -11,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pipeline.grounding import GroundingScore
-from pipeline.results import DGIResult, SGIResult
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.thresholds import Thresholds
 
 
@@ -55,7 +56,7 @@ def _cut(value: float) -> str:
 
 def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
     """The canonical check of a score under `thresholds` (the seed's cuts by default)."""
-    t = thresholds or Thresholds()
+    t = thresholds or Thresholds.seed()
     if isinstance(score, Check):
         return score
     if not isinstance(score, SGIResult | DGIResult | GroundingScore):

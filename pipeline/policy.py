@@ -23,7 +23,7 @@ from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.grounding import GroundingModel
 from pipeline.judge import JudgeConfig
-from pipeline.routing import RouteConfig
+from pipeline.routing import Mode, RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
 from pipeline.thresholds import Thresholds
@@ -75,8 +75,6 @@ class Policy:
         """The named route; an unknown name fails closed to a route in `off` mode."""
         if name in self.routes:
             return self.routes[name]
-        from pipeline.routing import Mode
-
         return RouteConfig(name=name, mode=Mode.OFF)
 
     def thresholds_dict(self) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +46,25 @@ class DGIResult:
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingScore:
+    """P(grounded) for one response, with the SGI and the features it came from.
+
+    Produced by `pipeline.grounding.score_grounding` when the policy carries a grounding
+    model; the switch routes on `value` with the grounding cuts.
+    """
+
+    value: float
+    sgi: SGIResult
+    features: Mapping[str, float]
+    method: str = "grounding"
+    flagged: bool = False
+    flag_reason: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"probability": self.value, "features": dict(self.features)}
 
 
 GeometryResult = SGIResult | DGIResult

@@ -1,8 +1,9 @@
 """Geometric grounding scores (stage 1): SGI with a context, DGI without one.
 
 Pure float64 math over embeddings, plus batch helpers that ask an `Encoder` for all the
-embeddings a batch needs in one call. Nothing here loads a model: the encoder is passed in
-(see `pipeline.encoder`), so `import pipeline` stays light.
+embeddings a batch needs in one call. Nothing here loads a model or a policy: the encoder
+and μ̂ are passed in (`pipeline.defaults` supplies the shipped ones), so `import pipeline`
+stays light.
 
 Failure posture: empty text is bad input (`ScoringError`); a zero-norm or NaN embedding
 gives a *flagged* result with value 0.0, never an exception, so the switch can refuse it.
@@ -225,23 +226,12 @@ def compute_dgi_batch(
 
 
 def compute_sgi(
-    question: str, context: str | Sequence[str], response: str, encoder: Encoder | None = None
+    question: str, context: str | Sequence[str], response: str, encoder: Encoder
 ) -> SGIResult:
-    """SGI of one response; `encoder=None` loads the default encoder (once per process)."""
-    from pipeline.encoder import default_encoder
-
-    return compute_sgi_batch([(question, context, response)], encoder or default_encoder())[0]
+    """SGI of one response (`pipeline.compute_sgi` fills in the default encoder)."""
+    return compute_sgi_batch([(question, context, response)], encoder)[0]
 
 
-def compute_dgi(
-    question: str,
-    response: str,
-    encoder: Encoder | None = None,
-    reference: Vector | None = None,
-) -> DGIResult:
-    """DGI of one response against μ̂ (the shipped reference direction by default)."""
-    from pipeline.encoder import default_encoder
-    from pipeline.reference import default_reference
-
-    mu = default_reference() if reference is None else reference
-    return compute_dgi_batch([(question, response)], encoder or default_encoder(), mu)[0]
+def compute_dgi(question: str, response: str, encoder: Encoder, reference: Vector) -> DGIResult:
+    """DGI of one response against μ̂ (`pipeline.compute_dgi` fills in the shipped one)."""
+    return compute_dgi_batch([(question, response)], encoder, reference)[0]

@@ -8,14 +8,13 @@ DGI is binary (accept / on_reject), and anything non-geometric or unscorable esc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pipeline.check import Check, Level, Score, check
 from pipeline.errors import PolicyError
-from pipeline.grounding import GroundingScore
-from pipeline.results import DGIResult, SGIResult
-from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.thresholds import Thresholds
 
 
 class SwitchAction(StrEnum):
@@ -62,36 +61,47 @@ class SwitchDecision:
 
 
 class GroundingSwitch:
-    """Routes a score to accept / on_reject / escalate under one set of thresholds."""
+    """Routes a score to accept / on_reject / escalate under one set of thresholds.
+
+    A cut left out (None) comes from `base()`: the seed's cuts here; the public
+    `pipeline.GroundingSwitch` overrides `base` with the active policy's, so a library
+    user routes as the workers do. on_reject is the caller's choice (a policy sets it per
+    route), `fallback` unless given.
+    """
 
     __slots__ = ("_on_reject", "_thresholds")
 
     def __init__(
         self,
-        accept_threshold_sgi: float = SGI_STRONG_PASS,
-        reject_threshold_sgi: float = SGI_REVIEW,
-        accept_threshold_dgi: float = DGI_PASS,
+        accept_threshold_sgi: float | None = None,
+        reject_threshold_sgi: float | None = None,
+        accept_threshold_dgi: float | None = None,
         on_reject: str | SwitchAction = SwitchAction.FALLBACK,
     ) -> None:
-        if reject_threshold_sgi > accept_threshold_sgi:
+        base = self.base()
+        accept = base.sgi_strong_pass if accept_threshold_sgi is None else accept_threshold_sgi
+        reject = base.sgi_review if reject_threshold_sgi is None else reject_threshold_sgi
+        if reject > accept:
             raise PolicyError(
-                "reject_threshold_sgi",
-                reject_threshold_sgi,
-                f"a value <= accept_threshold_sgi ({accept_threshold_sgi})",
+                "reject_threshold_sgi", reject, f"a value <= accept_threshold_sgi ({accept})"
             )
-        self._thresholds = Thresholds(
-            accept_threshold_sgi, reject_threshold_sgi, accept_threshold_dgi
-        )
+        dgi = base.dgi_pass if accept_threshold_dgi is None else accept_threshold_dgi
+        self._thresholds = replace(base, sgi_strong_pass=accept, sgi_review=reject, dgi_pass=dgi)
         self._on_reject = parse_on_reject(on_reject)
+
+    @classmethod
+    def base(cls) -> Thresholds:
+        """The thresholds that unspecified cuts take from: the seed's."""
+        return Thresholds.seed()
 
     @classmethod
     def from_thresholds(
         cls, thresholds: Thresholds, on_reject: str | SwitchAction = SwitchAction.FALLBACK
     ) -> GroundingSwitch:
-        switch = cls(
-            thresholds.sgi_strong_pass, thresholds.sgi_review, thresholds.dgi_pass, on_reject
-        )
-        switch._thresholds = thresholds  # keeps the grounding cuts too
+        """The switch for a whole (already validated) `Thresholds`, grounding cuts included."""
+        switch = cls.__new__(cls)
+        switch._thresholds = thresholds
+        switch._on_reject = parse_on_reject(on_reject)
         return switch
 
     @property

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from pipeline.calibrate import (
+from pipeline.errors import PolicyError, ScoringError
+from pipeline.fit.calibrate import (
     FitResult,
     fit_reference_direction,
     fit_thresholds,
     fit_thresholds_from_scores,
 )
-from pipeline.errors import PolicyError, ScoringError
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch, dgi_from_embeddings
 from pipeline.thresholds import Thresholds
 
@@ -260,12 +260,12 @@ class TestFitThresholds:
     def test_reference_not_loaded_without_dgi_examples(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import pipeline.reference
+        import pipeline.defaults
 
         def fail() -> np.ndarray:
             raise AssertionError("default reference should not be loaded")
 
-        monkeypatch.setattr(pipeline.reference, "default_reference", fail)
+        monkeypatch.setattr(pipeline.defaults, "default_reference", fail)
         data = [e for e in examples() if "context" in e]
         fit = fit_thresholds(data, encoder=HashEncoder())
         assert fit.metrics["dgi_default_kept"] is True

@@ -6,17 +6,16 @@ import numpy as np
 import pytest
 
 from pipeline.errors import PolicyError, ScoringError
+from pipeline.fit.grounding import fit_grounding, fit_logistic
+from pipeline.fit.metrics import auroc
 from pipeline.grounding import (
     BASE_FEATURES,
     FEATURES,
     LONG_FORM,
     GroundingModel,
-    fit_grounding,
-    fit_logistic,
     grounding_features,
     score_grounding,
 )
-from pipeline.metrics import auroc
 from pipeline.results import SGIResult
 
 SOURCE = (

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.errors import ScoringError
-from pipeline.metrics import (
+from pipeline.fit.metrics import (
     auroc,
     expected_calibration_error,
     length_matched_auroc,

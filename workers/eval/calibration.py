@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from pipeline.calibrate import fit_reference_direction, fit_thresholds_from_scores
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
-from pipeline.grounding import FEATURES, fit_grounding, grounding_features
+from pipeline.fit.calibrate import fit_reference_direction, fit_thresholds_from_scores
+from pipeline.fit.grounding import fit_grounding
+from pipeline.grounding import FEATURES, grounding_features
 from pipeline.routing import ACTIVE_APPROVAL
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled

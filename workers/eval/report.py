@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ScoringError
-from pipeline.metrics import (
+from pipeline.fit.metrics import (
     auroc,
     expected_calibration_error,
     length_bins,

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
-from pipeline.grounding import GroundingModel, GroundingScore, score_grounding
-from pipeline.results import DGIResult, SGIResult
+from pipeline.grounding import GroundingModel, score_grounding
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, Next, deadline_for, expired
 from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
 from topics.names import Topic

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline.grounding import GroundingScore
-from pipeline.results import DGIResult, SGIResult
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Next, on_reject_destination
 from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import SwitchAction

@@ -20,7 +20,7 @@ Failure posture: empty data, a method whose data is one-class, or malformed exam
 raise `ScoringError`; a method with no examples keeps its default cut and the metrics
 record that (``sgi_default_kept`` / ``dgi_default_kept``). Flagged geometry results
 (zero-norm or NaN embeddings) are left out of the fit and counted. Pure: the encoder
-and reference direction are passed in or loaded lazily by their own modules.
+and reference direction are passed in or loaded lazily by `pipeline.defaults`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import defaults as shipped
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.metrics import auroc, youden_j, youden_threshold
+from pipeline.fit.metrics import auroc, youden_j, youden_threshold
+from pipeline.scores import compute_dgi_batch, compute_sgi_batch
 
 __all__ = [
     "DEFAULT_CUTS",
@@ -281,8 +283,8 @@ def fit_thresholds(
     Each example is a mapping with ``question`` and ``response`` (non-empty strings),
     ``grounded`` (bool) and optionally ``context`` (a string or a list of strings).
     Examples with a context are scored with SGI, the others with DGI, in one encoder
-    batch per method. ``encoder=None`` loads `pipeline.encoder.default_encoder()`;
-    ``reference_direction=None`` loads the shipped μ̂ (`pipeline.reference`), and only
+    batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
+    ``reference_direction=None`` loads the shipped μ̂ (`pipeline.defaults`), and only
     when some example has no context. Flagged results are left out and counted in
     ``metrics["n_flagged_sgi"]`` / ``metrics["n_flagged_dgi"]``.
 
@@ -290,8 +292,6 @@ def fit_thresholds(
         ScoringError: a malformed example (its index is named), or as
             `fit_thresholds_from_scores`.
     """
-    from pipeline.scores import compute_dgi_batch, compute_sgi_batch
-
     sgi_items: list[tuple[str, Any, str]] = []
     sgi_labels: list[bool] = []
     dgi_items: list[tuple[str, str]] = []
@@ -314,9 +314,7 @@ def fit_thresholds(
         raise ScoringError("cannot fit thresholds: no examples")
 
     if encoder is None:
-        from pipeline.encoder import default_encoder
-
-        encoder = default_encoder()
+        encoder = shipped.default_encoder()
     sgi_pairs: list[ScoredExample] = []
     dgi_pairs: list[ScoredExample] = []
     n_flagged_sgi = n_flagged_dgi = 0
@@ -328,9 +326,7 @@ def fit_thresholds(
                 sgi_pairs.append((result.value, label))
     if dgi_items:
         if reference_direction is None:
-            from pipeline.reference import default_reference
-
-            reference_direction = default_reference()
+            reference_direction = shipped.default_reference()
         results = compute_dgi_batch(dgi_items, encoder, reference_direction)
         for result, label in zip(results, dgi_labels, strict=True):
             if result.flagged:

@@ -1,6 +1,6 @@
 """Separation and calibration metrics for labelled scores.
 
-Calibration (`pipeline.calibrate`) and evaluation reports (`workers.eval.report`) measure how
+Calibration (`pipeline.fit.calibrate`) and evaluation reports (`workers.eval.report`) measure how
 well a score (SGI, DGI, a grounding probability) tells grounded answers from ungrounded
 ones. Every function here takes plain arrays: ``scores`` (higher means more grounded)
 and ``labels`` (``True`` = grounded = the positive class). Pure numpy; no I/O.

@@ -1,0 +1,106 @@
+"""The shipped defaults, loaded in one place: the active policy, μ̂ and the encoder.
+
+The core's functions are pure: thresholds, encoder and reference direction are arguments
+(the seed's cuts when none are given). This layer sits above them and fills in what a
+library user leaves out from the policy the workers read (GROUNDSTREAM_POLICY, else the
+shipped default), so `check(score)`, `GroundingSwitch()` and `score_candidate(...)` give a
+library user the verdict the service gives. Everything is loaded lazily, once per
+process; `import pipeline` reads no file and loads no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from pipeline import switch
+from pipeline.check import Check, Score
+from pipeline.check import check as core_check
+from pipeline.encoder import load_encoder
+from pipeline.grounding import score_grounding
+from pipeline.policy import Policy, load_policy
+from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
+from pipeline.thresholds import Thresholds
+
+NO_REFERENCE = "no reference direction in the policy"
+
+
+@lru_cache(maxsize=1)
+def default_policy() -> Policy:
+    """The active policy (GROUNDSTREAM_POLICY, else the shipped default), read once."""
+    return load_policy()
+
+
+def default_reference() -> np.ndarray:
+    """μ̂ of the active policy as float64; LookupError when the policy carries none."""
+    reference = default_policy().reference
+    if reference is None:
+        raise LookupError(f"{NO_REFERENCE} (reference.dgi_mu)")
+    return np.array(reference, dtype=np.float64)
+
+
+def default_encoder() -> Encoder:
+    """The encoder the active policy names (the bundled all-MiniLM-L6-v2 by default)."""
+    return load_encoder(default_policy().encoder_model)
+
+
+def compute_sgi(
+    question: str, context: str | Sequence[str], response: str, encoder: Encoder | None = None
+) -> SGIResult:
+    """SGI of one response; `encoder=None` loads the default encoder (once per process)."""
+    return compute_sgi_batch([(question, context, response)], encoder or default_encoder())[0]
+
+
+def compute_dgi(
+    question: str,
+    response: str,
+    encoder: Encoder | None = None,
+    reference: Vector | None = None,
+) -> DGIResult:
+    """DGI of one response against μ̂ (the shipped reference direction by default)."""
+    mu = default_reference() if reference is None else reference
+    return compute_dgi_batch([(question, response)], encoder or default_encoder(), mu)[0]
+
+
+def score_candidate(
+    question: str,
+    response: str,
+    context: str | Sequence[str] | None = None,
+    encoder: Encoder | None = None,
+) -> SGIResult | DGIResult | GroundingScore:
+    """The score the geometry stage puts on a candidate, under the active policy.
+
+    With a context: SGI, combined with source support into P(grounded) when the policy
+    carries a grounding model (the shipped one does). Without: DGI against the policy's
+    μ̂, flagged when it has none. Feed the result to `check` or `GroundingSwitch`.
+    """
+    policy = default_policy()
+    enc = encoder or default_encoder()
+    if context is None:
+        if policy.reference is None:
+            return DGIResult(0.0, 0.0, 1, True, NO_REFERENCE)
+        return compute_dgi(question, response, enc, default_reference())
+    chunks = (context,) if isinstance(context, str) else tuple(context)
+    sgi = compute_sgi(question, chunks, response, enc)
+    if policy.grounding is None:
+        return sgi
+    return score_grounding(policy.grounding, question, chunks, response, sgi)
+
+
+def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
+    """`pipeline.check.check` under the active policy's thresholds unless given others."""
+    return core_check(score, thresholds or default_policy().thresholds)
+
+
+class GroundingSwitch(switch.GroundingSwitch):
+    """The switch whose unspecified cuts are the active policy's (grounding cuts included),
+    as the workers route; the core class falls back to the seed's."""
+
+    __slots__ = ()
+
+    @classmethod
+    def base(cls) -> Thresholds:
+        return default_policy().thresholds

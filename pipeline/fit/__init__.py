@@ -1,0 +1,23 @@
+"""Offline fitting and evaluation: what `groundstream calibrate` and `eval` run, never a worker.
+
+This package may import the runtime core (`pipeline.*`); the core never imports it, so
+`import pipeline` loads no fitting code. Files:
+
+* `calibrate.py` — the SGI / DGI cut-points and the DGI reference direction μ̂ from
+  labelled examples (`fit_thresholds`, `fit_thresholds_from_scores`,
+  `fit_reference_direction`, `strong_pass_cut`).
+* `grounding.py` — the P(grounded) logistic model and its cuts, with cross-validated
+  figures (`fit_grounding`, `fit_logistic`, `cross_validate`).
+* `metrics.py` — AUROC, ROC, Youden's cut, length-matched AUROC, calibration tables.
+"""
+
+from pipeline.fit.calibrate import FitResult, fit_reference_direction, fit_thresholds
+from pipeline.fit.grounding import GroundingFit, fit_grounding
+
+__all__ = [
+    "FitResult",
+    "GroundingFit",
+    "fit_grounding",
+    "fit_reference_direction",
+    "fit_thresholds",
+]

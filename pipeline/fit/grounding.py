@@ -1,0 +1,183 @@
+"""Fitting P(grounded): the logistic model over `pipeline.grounding.FEATURES` and its cuts.
+
+`groundstream calibrate` fits the model on labelled feature rows and writes it, with its
+accept / review cuts and in-sample and cross-validated figures, into a policy file; the
+runtime (`pipeline.grounding`) only applies the fitted model. Deterministic: Newton's
+method from zero, folds chosen by a hash of the context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.errors import ScoringError
+from pipeline.fit.calibrate import strong_pass_cut
+from pipeline.fit.metrics import auroc, youden_threshold
+from pipeline.grounding import FEATURES, GroundingModel
+
+
+def fit_logistic(
+    rows: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None, l2: float = 1.0
+) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression by Newton's method (IRLS); deterministic.
+
+    Features are standardised internally so one `l2` suits them all; the returned
+    coefficients apply to the raw features.
+    """
+    x = np.asarray(rows, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
+        raise ScoringError(
+            "fit_logistic needs a non-empty 2-D feature matrix and one label per row"
+        )
+    if y.min() == y.max():
+        raise ScoringError("fit_logistic needs both grounded and ungrounded examples")
+    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
+    mean = np.average(x, axis=0, weights=w)
+    std = np.sqrt(np.average((x - mean) ** 2, axis=0, weights=w))
+    std = np.where(std < 1e-12, 1.0, std)
+    z = np.column_stack([np.ones(len(x)), (x - mean) / std])
+    beta = np.zeros(z.shape[1])
+    penalty = np.full(z.shape[1], l2)
+    penalty[0] = 0.0  # the intercept is not shrunk
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ beta, -50, 50)))
+        gradient = z.T @ (w * (y - p)) - penalty * beta
+        hessian = (z * (w * p * (1 - p))[:, None]).T @ z + np.diag(penalty)
+        step = np.linalg.solve(hessian, gradient)
+        beta += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    coefficients = beta[1:] / std
+    intercept = float(beta[0] - np.sum(beta[1:] * mean / std))
+    return coefficients, intercept
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingFit:
+    """A fitted model with its two cuts (accept / review) and how they were chosen."""
+
+    model: GroundingModel
+    accept: float
+    review: float
+
+
+def _balanced_weights(groups: np.ndarray) -> np.ndarray:
+    """Each group (one data file) gets the same total weight, so a large set cannot drown a
+    small one."""
+    names, index, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    return len(groups) / (len(names) * sizes[index])
+
+
+def _probability(x: np.ndarray, coefficients: np.ndarray, intercept: float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(intercept + x @ coefficients, -50, 50)))
+
+
+def _fit_with_cuts(
+    x: np.ndarray, y: np.ndarray, groups: np.ndarray, max_accept_error: float, l2: float
+) -> tuple[np.ndarray, float, np.ndarray, float, float, bool]:
+    """Coefficients, intercept, fitted probabilities, review cut, accept cut, accepts-nothing."""
+    coefficients, intercept = fit_logistic(x, y, _balanced_weights(groups), l2)
+    p = _probability(x, coefficients, intercept)
+    review = youden_threshold(p, y)
+    accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
+    return coefficients, intercept, p, review, float(min(accept, 1.0)), nothing
+
+
+def _fold_of(key: str, folds: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % folds
+
+
+def _accept_figures(accepted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(share of grounded examples accepted, share of accepted examples that are ungrounded)."""
+    rate = float(accepted[y].mean()) if y.any() else 0.0
+    error = float((~y[accepted]).mean()) if accepted.any() else 0.0
+    return rate, error
+
+
+def cross_validate(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    contexts: Sequence[str],
+    *,
+    folds: int,
+    max_accept_error: float,
+    l2: float,
+) -> dict[str, float]:
+    """Out-of-fold figures of the whole fitting procedure, cuts included.
+
+    Examples that share a context always fall in the same fold (six answers to one
+    document, or a right and a wrong answer to one passage), so no fold is scored by a
+    model that saw its source. This is the honest estimate of what the fitted policy does
+    on new data of the same kind; the in-sample figures are optimistic.
+    """
+    fold = np.array([_fold_of(c, folds) for c in contexts])
+    p = np.zeros(len(y))
+    accepted = np.zeros(len(y), dtype=bool)
+    for k in range(folds):
+        test, train = fold == k, fold != k
+        if not test.any() or len(np.unique(y[train])) < 2:
+            continue
+        coefficients, intercept, _, _, accept, _ = _fit_with_cuts(
+            x[train], y[train], groups[train], max_accept_error, l2
+        )
+        p[test] = _probability(x[test], coefficients, intercept)
+        accepted[test] = p[test] >= accept
+    metrics: dict[str, float] = {"cv_folds": float(folds)}
+    for g in np.unique(groups):
+        mask = groups == g
+        rate, error = _accept_figures(accepted[mask], y[mask])
+        metrics[f"{g}.cv_accept_rate_grounded"] = rate
+        metrics[f"{g}.cv_accept_error"] = error
+        metrics[f"{g}.cv_auroc"] = auroc(p[mask], y[mask])
+    return metrics
+
+
+def fit_grounding(
+    rows: Sequence[Mapping[str, float]],
+    labels: Sequence[bool],
+    groups: Sequence[str],
+    *,
+    contexts: Sequence[str] | None = None,
+    folds: int = 5,
+    max_accept_error: float = 0.05,
+    l2: float = 1.0,
+) -> GroundingFit:
+    """Fit P(grounded) and its cuts on labelled feature rows.
+
+    Each group (one data file) gets the same total weight. `review` is the Youden cut of
+    the fitted probability; `accept` the lowest cut at or above it whose accepted set holds
+    at most `max_accept_error` ungrounded examples — the same rules `fit_thresholds` uses
+    for SGI. With `contexts` (one string per row naming its source) the metrics also hold
+    `folds`-fold cross-validated figures, grouped by context (see `cross_validate`).
+    """
+    y = np.asarray(labels, dtype=bool)
+    x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
+    group = np.asarray(groups)
+    coefficients, intercept, p, review, accept, nothing = _fit_with_cuts(
+        x, y, group, max_accept_error, l2
+    )
+    metrics: dict[str, float] = {"auroc_in_sample": auroc(p, y), "n": float(len(y))}
+    for g in np.unique(group):
+        mask = group == g
+        rate, error = _accept_figures(p[mask] >= accept, y[mask])
+        metrics[f"{g}.accept_rate_grounded"] = rate
+        metrics[f"{g}.accept_error"] = error
+    if contexts is not None and folds > 1:
+        metrics.update(
+            cross_validate(
+                x, y, group, contexts, folds=folds, max_accept_error=max_accept_error, l2=l2
+            )
+        )
+    model = GroundingModel(
+        FEATURES,
+        tuple(float(c) for c in coefficients),
+        intercept,
+        {**metrics, "accepts_nothing": float(nothing), "max_accept_error": max_accept_error},
+    )
+    return GroundingFit(model, accept, review)
