@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pipeline.routing import Next
-
 
 class HumanVerdict(StrEnum):
+    """A person's verdict; where each one leads is the routing table's business."""
+
     ACCEPT = "accept"
     REJECT = "reject"
-
-
-def destination(verdict: HumanVerdict) -> Next:
-    return Next.RULES if verdict is HumanVerdict.ACCEPT else Next.REJECT
 
 
 def reason(verdict: HumanVerdict, by: str, note: str) -> str:

@@ -1,5 +1,6 @@
-"""Routing controls from verification-gated routing (seed 003): routes, modes, deadlines,
-and where a candidate is served once a stage has decided.
+"""Routing controls from verification-gated routing (seed 003): routes, modes and
+deadlines. Which topic each verdict leads to, and where a mode serves it, is the routing
+table's job (`workers.stages.routes`), since it is written in topic names.
 
 Fail-closed posture: an expired deadline, the kill switch or a latched turn can only
 move a candidate *away* from state, never towards it. Pure: time comes in as `now`.
@@ -25,40 +26,6 @@ class Mode(StrEnum):
     SHADOW = "shadow"  # decide and record, serve the safe path
     EVALUATE = "evaluate"  # serve the decision, for isolated evaluation
     ACTIVE = "active"  # serve the decision in production; needs the approval string
-
-
-class Next(StrEnum):
-    """Where a stage sends a candidate. Values equal the logical topic names."""
-
-    SCORED = "scored"
-    CONSISTENCY = "consistency"
-    JUDGE = "judge"
-    RULES = "rules"
-    STATE = "state"
-    FALLBACK = "escalations.fallback"
-    REGENERATE = "escalations.regenerate"
-    REJECT = "escalations.reject"
-    REVIEW = "escalations.review"
-
-    @property
-    def terminal(self) -> bool:
-        return self.value == "state" or self.value.startswith("escalations.")
-
-
-SAFE_PATH = Next.FALLBACK
-"""Where `off` and `shadow` serve every candidate: the caller's own fallback."""
-
-_ACTION_TO_NEXT = {
-    SwitchAction.FALLBACK: Next.FALLBACK,
-    SwitchAction.REGENERATE: Next.REGENERATE,
-    SwitchAction.REJECT: Next.REJECT,
-    SwitchAction.ESCALATE: Next.REVIEW,
-}
-
-
-def on_reject_destination(action: SwitchAction) -> Next:
-    """The escalation topic for a negative verdict; `escalate` there means a person decides."""
-    return _ACTION_TO_NEXT[action]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +127,3 @@ def deadline_for(candidate_deadline: float | None, route: RouteConfig, now: floa
 
 def expired(deadline: float | None, now: float) -> bool:
     return deadline is not None and now >= deadline
-
-
-def served(mode: Mode, decided: Next) -> Next:
-    """Where a decided destination is actually served under `mode`."""
-    if not decided.terminal:
-        return decided
-    if mode in (Mode.OFF, Mode.SHADOW):
-        return SAFE_PATH
-    return decided

@@ -35,10 +35,16 @@ class Topic(StrEnum):
         return f"{prefix}{self.value}"
 
 
-TERMINAL = frozenset(
-    {Topic.STATE, Topic.FALLBACK, Topic.REGENERATE, Topic.REJECT, Topic.REVIEW, Topic.DEADLETTER}
+TERMINAL: tuple[Topic, ...] = (
+    Topic.STATE,
+    Topic.FALLBACK,
+    Topic.REGENERATE,
+    Topic.REJECT,
+    Topic.REVIEW,
+    Topic.DEADLETTER,
 )
-"""Topics a candidate ends in; each gets an `outcome` decision record."""
+"""Topics a candidate ends in, each with an `outcome` decision record; the one definition
+of the set, in the order reports and the dashboard list them."""
 
 
 @dataclass(frozen=True, slots=True)

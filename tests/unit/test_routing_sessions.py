@@ -7,20 +7,13 @@ import pytest
 from pipeline.errors import PolicyError
 from pipeline.routing import (
     ACTIVE_APPROVAL,
-    SAFE_PATH,
     Mode,
-    Next,
     RouteConfig,
     deadline_for,
     expired,
-    on_reject_destination,
-    served,
 )
 from pipeline.sessions import SessionState, enter, leave
 from pipeline.switch import SwitchAction
-
-TERMINAL = [n for n in Next if n.terminal]
-NON_TERMINAL = [n for n in Next if not n.terminal]
 
 
 def policy_error(name: str, data: dict) -> PolicyError:
@@ -145,48 +138,6 @@ class TestDeadlines:
         assert expired(100.0, 99.999) is False
         assert expired(100.0, 100.0) is True
         assert expired(100.0, 100.001) is True
-
-
-class TestServed:
-    @pytest.mark.parametrize("decided", TERMINAL)
-    @pytest.mark.parametrize("mode", [Mode.OFF, Mode.SHADOW])
-    def test_off_and_shadow_serve_the_safe_path(self, mode, decided):
-        assert served(mode, decided) is Next.FALLBACK is SAFE_PATH
-
-    @pytest.mark.parametrize("decided", TERMINAL)
-    @pytest.mark.parametrize("mode", [Mode.EVALUATE, Mode.ACTIVE])
-    def test_evaluate_and_active_serve_the_decision(self, mode, decided):
-        assert served(mode, decided) is decided
-
-    @pytest.mark.parametrize("decided", NON_TERMINAL)
-    @pytest.mark.parametrize("mode", list(Mode))
-    def test_non_terminal_is_unchanged(self, mode, decided):
-        assert served(mode, decided) is decided
-
-    def test_terminal_set(self):
-        assert {n.value for n in TERMINAL} == {
-            "state",
-            "escalations.fallback",
-            "escalations.regenerate",
-            "escalations.reject",
-            "escalations.review",
-        }
-
-    def test_state_is_never_served_in_off_or_shadow(self):
-        for mode in (Mode.OFF, Mode.SHADOW):
-            assert all(served(mode, n) is not Next.STATE for n in Next)
-
-    @pytest.mark.parametrize(
-        ("action", "topic"),
-        [
-            (SwitchAction.FALLBACK, Next.FALLBACK),
-            (SwitchAction.REGENERATE, Next.REGENERATE),
-            (SwitchAction.REJECT, Next.REJECT),
-            (SwitchAction.ESCALATE, Next.REVIEW),
-        ],
-    )
-    def test_on_reject_destination(self, action, topic):
-        assert on_reject_destination(action) is topic
 
 
 def route(**kwargs) -> RouteConfig:

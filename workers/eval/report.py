@@ -50,18 +50,13 @@ from pipeline.fit.metrics import (
     reliability_bins,
     roc_curve,
 )
+from topics.names import TERMINAL
 
 __all__ = ["OUTCOME_TOPICS", "summarize", "write_report"]
 
-OUTCOME_TOPICS: tuple[str, ...] = (
-    "state",
-    "escalations.fallback",
-    "escalations.regenerate",
-    "escalations.reject",
-    "escalations.review",
-    "deadletter",
-)
-"""Outcome topics always listed in the counts (others seen in the records are added)."""
+OUTCOME_TOPICS: tuple[str, ...] = tuple(t.value for t in TERMINAL)
+"""Outcome topics always listed in the counts (others seen in the records are added):
+the terminal topics by name, in their display order."""
 
 LABEL_NAMES = {True: "grounded", False: "ungrounded"}
 LENGTH_BINS = 10

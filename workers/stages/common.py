@@ -8,10 +8,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.routing import Next, expired
+from pipeline.routing import expired
 from topics.names import Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
+from workers.stages.routes import HOLD
 
 
 def open_envelopes(
@@ -44,7 +45,7 @@ def hold_for_review(
         env,
         stage=stage,
         action="escalate",
-        decided=Next.REVIEW,
+        verdict=HOLD,
         reason=reason,
         gate=gate,
         **record,

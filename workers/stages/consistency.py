@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from pipeline.consistency import BudgetLimit, ConsistencyDecision, decide_consistency
-from pipeline.routing import Next, expired
+from pipeline.routing import expired
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.encoder import stage_encoder
@@ -23,6 +23,7 @@ from workers.clients.nli import load_nli
 from workers.runtime.settings import Settings
 from workers.stages.common import EnvelopeStage, expire
 from workers.stages.kit import Emit, StageContext, conclude
+from workers.stages.routes import DEFER, PASS
 
 
 def similarities(vectors: np.ndarray) -> np.ndarray:
@@ -79,7 +80,7 @@ class ConsistencyStage(EnvelopeStage):
                     stage=self.name,
                     action="escalate",
                     started=started,
-                    decided=Next.JUDGE,
+                    verdict=DEFER,
                     gate="sampler_unavailable",
                     breaker=breaker,
                     reason=f"sampler unavailable ({drawn.failure.value}); the judge decides",
@@ -95,7 +96,7 @@ class ConsistencyStage(EnvelopeStage):
             stage=self.name,
             action=decision.outcome.value,
             reason=decision.reason,
-            decided=Next.RULES if decision.passes else Next.JUDGE,
+            verdict=PASS if decision.passes else DEFER,
             started=started,
             score=decision.consistency_score,
             method="consistency",

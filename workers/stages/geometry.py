@@ -15,13 +15,14 @@ import numpy as np
 from pipeline.check import check
 from pipeline.grounding import GroundingModel, score_grounding
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import Mode, Next, deadline_for, expired
+from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, MalformedMessage, parse_candidate
 from workers.clients.encoder import stage_encoder
 from workers.stages.common import expire
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
+from workers.stages.routes import SCORED, SKIP
 
 
 def score_candidates(
@@ -93,10 +94,10 @@ class GeometryStage:
                     ctx,
                     env,
                     stage=self.name,
-                    action="skip",
+                    action=SKIP,
                     started=started,
                     reason="mode off: no verification, nothing is auto-accepted",
-                    decided=Next.FALLBACK,
+                    verdict=SKIP,
                 )
             elif expired(env.deadline, now):
                 emits += expire(self.name, env, ctx)
@@ -131,9 +132,9 @@ class GeometryStage:
                 ctx,
                 env,
                 stage=self.name,
-                action="scored",
+                action=SCORED,
                 reason=verdict.render(),
-                decided=Next.SCORED,
+                verdict=SCORED,
                 started=started,
                 score=result.value,
                 method=result.method,

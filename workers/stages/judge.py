@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
-from pipeline.routing import Next, expired, on_reject_destination
+from pipeline.routing import expired
+from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool, time_left
@@ -60,20 +61,17 @@ class JudgeStage(EnvelopeStage):
             decision = decide_judge(readout, ctx.policy.judge)
             verdict, reason, score = decision.verdict, decision.reason, decision.score
             evidence["readout"] = readout.to_dict()
-        decided = {
-            JudgeVerdict.YES: Next.RULES,
-            JudgeVerdict.NO: on_reject_destination(route.on_reject),
-        }.get(verdict, Next.REVIEW)
-        action = {JudgeVerdict.YES: "accept", JudgeVerdict.NO: route.on_reject.value}.get(
-            verdict, "escalate"
+        # Routed in the switch's vocabulary: a clear no is served as the route's on_reject.
+        action = {JudgeVerdict.YES: SwitchAction.ACCEPT, JudgeVerdict.NO: route.on_reject}.get(
+            verdict, SwitchAction.ESCALATE
         )
         return conclude(
             ctx,
             env,
             stage=self.name,
-            action=action,
+            action=action.value,
             reason=reason,
-            decided=decided,
+            verdict=action,
             started=started,
             score=score,
             method="judge",

@@ -1,10 +1,11 @@
 """What every stage adapter shares: the emit value, the context, and `conclude`.
 
 A stage adapter does its I/O (encoder, HTTP), calls a pure decision from `pipeline/`,
-and hands the verdict to `conclude`, which writes the decision record, applies the
-route's mode (shadow and off serve the safe path), and addresses the envelope to its next
-topic, adding the final `outcome` record when that topic is terminal. The Kafka workers
-and the embedded runner both execute these emits, so both modes decide identically.
+and hands the verdict to `conclude`, which writes the decision record, looks the next
+topic up in the routing table (`routes`), applies the route's mode (shadow and off serve
+the safe path), and addresses the envelope there, adding the final `outcome` record when
+that topic is terminal. The Kafka workers and the embedded runner both execute these
+emits, so both modes decide identically.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any, Protocol
 
 from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, make_record
-from pipeline.routing import Mode, Next, RouteConfig, served
+from pipeline.routing import Mode, RouteConfig
 from topics.codec import dumps
-from topics.names import Topic
+from topics.names import TERMINAL, Topic
 from topics.schema import Candidate, Envelope
+from workers.stages.routes import route, served
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,7 @@ def conclude(
     stage: str,
     action: str,
     reason: str,
-    decided: Next,
+    verdict: str,
     started: float,
     score: float | None = None,
     method: str | None = None,
@@ -106,14 +108,16 @@ def conclude(
     thresholds: dict[str, float] | None = None,
     update: Callable[[Envelope], Envelope] | None = None,
 ) -> list[Emit]:
-    """Record `stage`'s verdict and send the envelope on; see the module docstring."""
+    """Record `stage`'s `action` and send the envelope where `verdict` routes it; see the
+    module docstring."""
     now = ctx.clock()
     mode = Mode(env.mode)
+    decided = route(stage, verdict)
     target = served(mode, decided)
     served_action = action if target is decided else "fallback"
-    if ctx.control.kill_switch and target is Next.STATE:
+    if ctx.control.kill_switch and target is Topic.STATE:
         # Defence in depth: the rules stage already holds state writes under the kill switch.
-        target, served_action, gate = Next.REVIEW, "escalate", gate or "kill_switch"
+        target, served_action, gate = Topic.REVIEW, "escalate", gate or "kill_switch"
     ms = (time.perf_counter() - started) * 1000.0
     common = {
         "candidate_id": env.candidate.id,
@@ -130,7 +134,7 @@ def conclude(
         **common,
         stage=stage,
         action=action,
-        write_to_state=decided is Next.STATE and target is Next.STATE,
+        write_to_state=decided is Topic.STATE and target is Topic.STATE,
         reason=reason,
         decided_at=now,
         prev_hash=env.last_hash,
@@ -152,12 +156,12 @@ def conclude(
     if update is not None:
         env = update(env)
     emits = [record_emit(record, key)]
-    if target.terminal:
+    if target in TERMINAL:
         outcome = make_record(
             **common,
             stage=OUTCOME_STAGE,
-            action=served_action if target is not Next.STATE else "accept",
-            write_to_state=target is Next.STATE,
+            action=served_action if target is not Topic.STATE else "accept",
+            write_to_state=target is Topic.STATE,
             reason=f"{stage}: {reason}",
             decided_at=now,
             prev_hash=record["hash"],
@@ -169,7 +173,7 @@ def conclude(
         )
         emits.append(record_emit(outcome, key))
         env = replace(env, last_hash=outcome["hash"])
-    emits.append(Emit(Topic(target.value), key, env.encode(), _trace_headers(env)))
+    emits.append(Emit(target, key, env.encode(), _trace_headers(env)))
     return emits
 
 

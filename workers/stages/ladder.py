@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.rules import RulesAction
+from pipeline.switch import SwitchAction
 from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
 from workers.stages.kit import Stage
+from workers.stages.routes import DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
 
@@ -19,16 +22,17 @@ from workers.stages.switch import SwitchStage
 class StageRow:
     name: str
     build: Callable[[Settings], Stage]
+    verdicts: tuple[str, ...]  # what the stage may conclude; each has a row in `routes`
     stateful: bool = False  # keeps per-session state in a changelogged table
     needs_encoder: bool = False
 
 
 LADDER: tuple[StageRow, ...] = (
-    StageRow("geometry", lambda s: GeometryStage(), needs_encoder=True),
-    StageRow("switch", lambda s: SwitchStage(), stateful=True),
-    StageRow("consistency", ConsistencyStage, needs_encoder=True),
-    StageRow("judge", JudgeStage),
-    StageRow("rules", lambda s: RulesStage()),
+    StageRow("geometry", lambda s: GeometryStage(), (SCORED, SKIP, HOLD), needs_encoder=True),
+    StageRow("switch", lambda s: SwitchStage(), (*SwitchAction, HOLD), stateful=True),
+    StageRow("consistency", ConsistencyStage, (PASS, DEFER, HOLD), needs_encoder=True),
+    StageRow("judge", JudgeStage, (*SwitchAction, HOLD)),
+    StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
 )
 STAGE_NAMES = tuple(row.name for row in LADDER)
 

@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from pipeline.policy import Policy
-from pipeline.review import HumanVerdict, destination, reason
+from pipeline.review import HumanVerdict, reason
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
@@ -103,7 +103,7 @@ async def decide(
         stage=REVIEW_STAGE,
         action=verdict.value,
         reason=reason(verdict, by, note),
-        decided=destination(verdict),
+        verdict=verdict,
         started=time.perf_counter(),
         method="human",
         evidence={"reviewer": by, "note": note},

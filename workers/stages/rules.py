@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from pipeline.routing import Next
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
@@ -29,10 +28,11 @@ class RulesStage(EnvelopeStage):
         human = bool(env.human and env.human.get("verdict") == "accept")
         evidence = {"rules": verdict.to_dict(), "human_override": human}
         names = sorted({hit.rule for hit in verdict.hits})
+        violation = f"rule violation: {', '.join(names)}"
         if verdict.action is RulesAction.REJECT:
-            decided, action, reason = Next.REJECT, "reject", f"rule violation: {', '.join(names)}"
+            routed, action, reason = verdict.action, "reject", violation
         elif verdict.action is RulesAction.REVIEW and not human:
-            decided, action, reason = Next.REVIEW, "escalate", f"rule violation: {', '.join(names)}"
+            routed, action, reason = verdict.action, "escalate", violation
         elif ctx.control.kill_switch and not human:
             return hold_for_review(
                 self.name,
@@ -44,7 +44,7 @@ class RulesStage(EnvelopeStage):
                 reason="kill switch on: no automatic acceptance",
             )
         else:
-            decided, action = Next.STATE, "accept"
+            routed, action = RulesAction.PASS, "accept"
             reason = (
                 "no rule violated"
                 if not names
@@ -56,7 +56,7 @@ class RulesStage(EnvelopeStage):
             stage=self.name,
             action=action,
             reason=reason,
-            decided=decided,
+            verdict=routed,
             started=started,
             method="rules",
             level=verdict.action.value,

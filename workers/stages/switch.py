@@ -7,15 +7,12 @@ from __future__ import annotations
 import time
 
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import Next, on_reject_destination
 from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stages.common import EnvelopeStage, hold_for_review
 from workers.stages.kit import Emit, StageContext, conclude, key_of
-
-_NEXT = {SwitchAction.ACCEPT: Next.RULES, SwitchAction.ESCALATE: Next.CONSISTENCY}
 
 
 def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
@@ -66,20 +63,19 @@ class SwitchStage(EnvelopeStage):
                 stage=self.name,
                 action="escalate",
                 started=started,
-                decided=Next.CONSISTENCY,
+                verdict=SwitchAction.ESCALATE,
                 reason="no usable geometry on the envelope",
             )
         decision = ctx.policy.switch(route).decide(result)
         escalated = decision.action is not SwitchAction.ACCEPT
         ctx.sessions[key] = leave(session, escalated, c.turn).to_dict()
-        decided = _NEXT.get(decision.action) or on_reject_destination(decision.action)
         return conclude(
             ctx,
             env,
             stage=self.name,
             action=decision.action.value,
             reason=decision.reason,
-            decided=decided,
+            verdict=decision.action,
             started=started,
             score=decision.score,
             method=decision.method,
