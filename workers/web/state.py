@@ -18,21 +18,10 @@ from typing import Any
 
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
-from topics.names import Topic
+from topics.names import TERMINAL
 from workers.runtime.control import apply_control
 from workers.stages.kit import ControlState
 
-OUTCOME_TOPICS: tuple[str, ...] = tuple(
-    t.value
-    for t in (
-        Topic.STATE,
-        Topic.FALLBACK,
-        Topic.REGENERATE,
-        Topic.REJECT,
-        Topic.REVIEW,
-        Topic.DEADLETTER,
-    )
-)
 # Score ranges of the geometry histograms: (low, high, bins); values outside count as
 # under/over (the SGI sentinel 10.0 lands in `over`).
 HISTOGRAM_RANGES: dict[str, tuple[float, float, int]] = {
@@ -305,7 +294,7 @@ class DashboardState:
     def summary(self) -> dict[str, Any]:
         now = self.clock()
         self._prune_seconds(now)
-        outcomes = {t: 0 for t in OUTCOME_TOPICS} | self.outcomes.as_dict()
+        outcomes = {t.value: 0 for t in TERMINAL} | self.outcomes.as_dict()
         histograms = {}
         for method, hist in sorted(self.histograms.items()):
             marks = {k: v for k, v in self.thresholds.items() if k.startswith(method + "_")}
