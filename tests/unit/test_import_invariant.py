@@ -15,14 +15,9 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "faust", "aiokafka")
 KAFKA = ("faust", "aiokafka")
 
 
-def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
-    """The modules of `watch` (or their submodules) present after `statement` runs."""
-    code = (
-        "import json, sys\n"
-        f"{statement}\n"
-        f"watch = {watch!r}\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(watch))))\n"
-    )
+def modules_after(statement: str) -> list[str]:
+    """Every module name in `sys.modules` after `statement` runs in a fresh interpreter."""
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))\n"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -35,17 +30,33 @@ def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
+    """The modules of `watch` (or their submodules) present after `statement` runs."""
+    return sorted({m.split(".")[0] for m in modules_after(statement)} & set(watch))
+
+
 @pytest.mark.parametrize(
     "statement",
     [
         "import pipeline",
         "from pipeline import GroundingSwitch, check, compute_sgi, load_policy",
+        "from pipeline import score_candidate, default_policy; default_policy()",
         "import pipeline.scores, pipeline.switch, pipeline.check, pipeline.records",
         "import pipeline.policy, pipeline.routing, pipeline.sessions",
     ],
 )
 def test_core_loads_no_model_and_no_kafka(statement):
     assert loaded_after(statement, HEAVY) == []
+
+
+@pytest.mark.parametrize("statement", ["import pipeline", "import pipeline.defaults"])
+def test_core_loads_no_fitting_code(statement):
+    # pipeline.fit (calibration, metrics, model fitting) is offline work, never the core's.
+    assert [m for m in modules_after(statement) if m.startswith("pipeline.fit")] == []
+
+
+def test_the_fitting_probe_sees_the_fitting_package():
+    assert "pipeline.fit.metrics" in modules_after("import pipeline.fit")
 
 
 @pytest.mark.parametrize("statement", ["import topics.schema", "import topics.codec, topics.names"])
