@@ -15,10 +15,11 @@ from pipeline.review import HumanVerdict
 from topics.codec import loads
 from workers.runtime.settings import Settings
 from workers.web.app import build_app
-from workers.web.state import DashboardState
+from workers.web.state import DashboardState, percentile
 
 TOKEN = "s3cret-token"
 SECRET_SPAN = "Jane Doe lives at 12 Private Road"
+RAW_ANSWER = "The refund window is ninety days"
 
 
 class FakeFeed:
@@ -50,6 +51,7 @@ class FakeOps:
                 "reason": "rule violation: pii",
                 "route": "default",
                 "queued_at": time.time(),
+                "texts": {"question": "How long?", "context": ["30 days."], "response": RAW_ANSWER},
             }
             for cid in sorted(self.waiting)
         ]
@@ -234,12 +236,35 @@ async def test_aggregates_follow_the_feed(feed, ops):
         assert summary["records"] == 0
         assert summary["outcomes"]["state"] == 0
 
-        a = record("c1", stage="geometry", action="scored", score=1.31, method="sgi")
-        a_thresholds = {**a, "thresholds": {"sgi_strong_pass": 1.2, "sgi_review": 0.95}}
+        a = record(
+            "c1",
+            stage="geometry",
+            action="scored",
+            score=1.31,
+            method="sgi",
+            evidence={"grounding_probability": 0.87},
+            timings={"geometry": 40.0},
+        )
+        a_thresholds = {
+            **a,
+            "thresholds": {"sgi_strong_pass": 4.08, "sgi_review": 0.95, "grounding_accept": 0.81},
+        }
         feed.queue.put_nowait(a_thresholds)
-        feed.queue.put_nowait(record("c1", stage="rules", action="accept"))
-        feed.queue.put_nowait(record("c1", stage="outcome", action="accept", topic="state"))
-        feed.queue.put_nowait(record("c2", stage="geometry", action="scored", score=0.4))
+        feed.queue.put_nowait(
+            record("c1", stage="rules", action="accept", timings={"geometry": 40.0, "rules": 2.0})
+        )
+        feed.queue.put_nowait(
+            record(
+                "c1",
+                stage="outcome",
+                action="accept",
+                topic="state",
+                timings={"geometry": 40.0, "rules": 2.0},
+            )
+        )
+        feed.queue.put_nowait(
+            record("c2", stage="geometry", action="scored", score=0.4, timings={"geometry": 60.0})
+        )
         feed.queue.put_nowait(
             record("c2", stage="judge", action="escalate", gate="judge_unavailable")
             | {"breaker": {"judge": "open"}}
@@ -266,10 +291,24 @@ async def test_aggregates_follow_the_feed(feed, ops):
         sgi = summary["histograms"]["sgi"]
         assert sgi["count"] == 1
         assert sgi["bins"][13] == 1  # 1.31 in [1.3, 1.4)
-        assert sgi["thresholds"] == {"sgi_strong_pass": 1.2, "sgi_review": 0.95}
+        assert sgi["hi"] >= 4.08  # the calibrated strong-pass cut lies on the axis
+        assert sgi["thresholds"] == {"sgi_strong_pass": 4.08, "sgi_review": 0.95}
+        grounding = summary["histograms"]["grounding"]  # P(grounded), what the switch routes on
+        assert grounding["count"] == 1
+        assert grounding["bins"][17] == 1  # 0.87 in [0.85, 0.90)
+        assert grounding["thresholds"] == {"grounding_accept": 0.81}
         assert summary["histograms"]["?"]["count"] == 1
         assert summary["rate_per_minute"] == 7
         assert sum(m["decisions"] for m in summary["per_minute"]) == 7
+        by_outcome: dict[str, int] = {}
+        for minute in summary["per_minute"]:
+            for topic, n in minute["by_outcome"].items():
+                by_outcome[topic] = by_outcome.get(topic, 0) + n
+        assert by_outcome == {"state": 1, "escalations.review": 1}
+        geometry = summary["latency"]["geometry"]
+        assert (geometry["p50"], geometry["p95"], geometry["count"]) == (40.0, 60.0, 2)
+        assert summary["latency"]["rules"] == {"p50": 2.0, "p95": 2.0, "count": 1}
+        assert summary["ladder_latency"] == {"p50": 42.0, "p95": 42.0, "count": 1}
 
         resp = await client.get("/api/decisions", params={"limit": "2"})
         newest = (await resp.json())["decisions"]
@@ -322,8 +361,36 @@ async def test_reads_and_page(feed, ops):
             resp = await client.get("/api/decisions", params={"limit": bad})
             assert resp.status == 400
 
-        review = await (await client.get("/api/review")).json()
+        resp = await client.get("/api/review")
+        assert RAW_ANSWER not in await resp.text()  # raw texts only with the token
+        review = await resp.json()
         assert [p["candidate_id"] for p in review["pending"]] == ["c-wait"]
+        assert review["texts"] is False
         health = await (await client.get("/api/health")).json()
         assert health["status"] == "ok"
         assert health["writes_enabled"] is False
+
+
+async def test_review_texts_need_the_token(feed, ops):
+    async with make_client(feed, ops, TOKEN) as client:
+        resp = await client.get("/api/review", headers={"Authorization": "Bearer wrong"})
+        assert resp.status == 401
+        assert RAW_ANSWER not in await resp.text()
+
+        anonymous = await (await client.get("/api/review")).json()
+        assert "texts" not in anonymous["pending"][0]
+
+        review = await (await client.get("/api/review", headers=AUTH)).json()
+        assert review["texts"] is True
+        assert review["pending"][0]["texts"]["response"] == RAW_ANSWER
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([5.0], 95) == 5.0
+    values = [float(x) for x in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 95), percentile(values, 100)) == (
+        50.0,
+        95.0,
+        100.0,
+    )

@@ -9,7 +9,8 @@ sanitized record (`pipeline.records.sanitize`) or a review summary: never raw an
 Reading is open to whoever can reach the bind address (127.0.0.1 unless
 GROUNDSTREAM_WEB_HOST says otherwise). Changing state (a review verdict, the kill switch)
 needs `Authorization: Bearer <GROUNDSTREAM_WEB_TOKEN>`; with no token configured those
-endpoints refuse (403), so the dashboard is never open for writes by default.
+endpoints refuse (403), so the dashboard is never open for writes by default. The raw
+texts of review items (question, context, answer) are served only with that token too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from pipeline.records import sanitize
 from pipeline.review import HumanVerdict
 from topics.codec import dumps, loads
 from workers.runtime.settings import Settings
-from workers.web.feed import REVIEW_TIMEOUT, Feed, KafkaFeed, KafkaOperations, Operations
+from workers.web.feed import (
+    REVIEW_TIMEOUT,
+    TEXTS,
+    Feed,
+    KafkaFeed,
+    KafkaOperations,
+    Operations,
+)
 from workers.web.state import DashboardState
 
 log = logging.getLogger("groundstream.dashboard")
@@ -198,6 +206,14 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 async def review_list(request: web.Request) -> web.Response:
+    """What waits for review; with the bearer token, each item's raw texts too.
+
+    A request that offers a token must offer the right one (401 otherwise), so a reviewer's
+    page learns that its token is wrong rather than silently showing no texts.
+    """
+    with_texts = "Authorization" in request.headers
+    if with_texts and (refusal := _authorize(request)) is not None:
+        return refusal
     cache = request.app[REVIEW_CACHE]
     async with cache.lock:
         if cache.items is None or time.monotonic() - cache.at > REVIEW_CACHE_SECONDS:
@@ -207,7 +223,11 @@ async def review_list(request: web.Request) -> web.Response:
                 log.warning("review queue unavailable: %s", type(exc).__name__)
                 return _error(503, f"review queue unavailable ({type(exc).__name__})")
             cache.items, cache.at = items, time.monotonic()
-    return _json({"pending": cache.items, "count": len(cache.items)})
+    pending = [
+        item if with_texts else {k: v for k, v in item.items() if k != TEXTS}
+        for item in cache.items
+    ]
+    return _json({"pending": pending, "count": len(pending), "texts": with_texts})
 
 
 async def review_decide(request: web.Request) -> web.Response:

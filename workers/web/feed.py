@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from pipeline.policy import Policy
 from pipeline.review import HumanVerdict
 from topics.names import Topic
+from topics.schema import Candidate
 from workers.runtime.settings import Settings
 from workers.web.state import DashboardState
 
@@ -18,6 +19,10 @@ log = logging.getLogger("groundstream.dashboard")
 
 REVIEW_TIMEOUT = 30.0
 """Seconds an operation (a review read, a verdict, the kill switch) may take."""
+MAX_TEXT = 4000
+"""Characters of each raw text (question, context chunk, answer) a reviewer's page gets."""
+TEXTS = "texts"
+"""The key of a review item's raw texts: served only to a request with the token."""
 
 # ------------------------------------------------------------------------ feed --
 
@@ -106,13 +111,29 @@ class KafkaFeed:
 class Operations(Protocol):
     """The state-changing and queue-reading calls, so tests can run without Kafka."""
 
-    async def pending(self) -> list[dict[str, Any]]: ...
+    async def pending(self) -> list[dict[str, Any]]:
+        """Review summaries, each with its raw `TEXTS` (the handler strips them for
+        requests without the token)."""
+        ...
 
     async def decide(
         self, candidate_id: str, verdict: HumanVerdict, by: str, note: str
     ) -> dict[str, Any]: ...
 
     async def kill_switch(self, on: bool, by: str) -> dict[str, Any]: ...
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f" … [{len(text) - MAX_TEXT} more]"
+
+
+def review_texts(candidate: Candidate) -> dict[str, Any]:
+    """What a reviewer reads to decide: the question, the context chunks, the answer."""
+    return {
+        "question": _cut(candidate.question),
+        "context": [_cut(chunk) for chunk in (candidate.context_chunks or ())[:20]],
+        "response": _cut(candidate.response),
+    }
 
 
 class KafkaOperations:
@@ -125,7 +146,7 @@ class KafkaOperations:
         from workers.stages.review import pending
 
         items = await pending(self.settings, timeout=REVIEW_TIMEOUT / 2)
-        return [item.summary() for item in items]
+        return [item.summary() | {TEXTS: review_texts(item.envelope.candidate)} for item in items]
 
     async def decide(
         self, candidate_id: str, verdict: HumanVerdict, by: str, note: str

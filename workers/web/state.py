@@ -1,8 +1,10 @@
 """Dashboard state: live aggregates of sanitized decision records.
 
 Every record the feed reads is folded into one `DashboardState` owned by the app: bounded
-counters, the last N sanitized records, score histograms and a per-minute rate. Everything
-kept here is a sanitized record (`pipeline.records.sanitize`): never raw answer text.
+counters, the last N sanitized records, score histograms (the SGI/DGI each geometry record
+carries and the P(grounded) the switch routes on), per-stage latency windows and outcomes
+per minute. Everything kept here is a sanitized record (`pipeline.records.sanitize`) or a
+number: never raw answer text.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ from workers.runtime.control import apply_control
 from workers.stages.kit import ControlState
 
 # Score ranges of the geometry histograms: (low, high, bins); values outside count as
-# under/over (the SGI sentinel 10.0 lands in `over`).
+# under/over (the SGI sentinel 10.0 lands in `over`). SGI spans 0-5 so that calibrated
+# strong-pass cuts (4.08 in the bundled policy) fall on the axis.
 HISTOGRAM_RANGES: dict[str, tuple[float, float, int]] = {
-    "sgi": (0.0, 2.5, 25),
+    "grounding": (0.0, 1.0, 20),
+    "sgi": (0.0, 5.0, 50),
     "dgi": (-1.0, 1.0, 20),
 }
+GROUNDING = "grounding"  # the histogram of P(grounded), from the geometry record's evidence
+LATENCY_WINDOW = 1000  # per stage: percentiles over the last this-many timings
 DEFAULT_RANGE = (0.0, 1.0, 20)
 MAX_KEYS = 200  # distinct values kept per counter; the rest count as "(other)"
 MAX_NAME = 80  # stage, action, gate ... names longer than this are cut
@@ -103,6 +109,25 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank `q`-th percentile (0-100) of `values`; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+class Minute:
+    """One minute of records: how many, and the outcomes by topic."""
+
+    __slots__ = ("decisions", "outcomes")
+
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.outcomes = BoundedCounter(20)
+
+
 class DashboardState:
     """Everything the dashboard knows, bounded; fed by a `Feed`, read by the handlers."""
 
@@ -132,7 +157,9 @@ class DashboardState:
         self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.trails: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self.max_trails, self.trail_length = trails, trail_length
-        self.minutes: dict[int, list[int]] = {}
+        self.minutes: dict[int, Minute] = {}
+        self.latency: dict[str, deque[float]] = {}
+        self.total_latency: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.max_minutes = minutes
         self.seconds: dict[int, int] = {}
         self.last_decided_at: str | None = None
@@ -183,6 +210,7 @@ class DashboardState:
                 self.gates.add(_name(record.get("gate")))
         self._breakers(record)
         self._histogram(record, stage)
+        self._latency(record, stage, is_outcome)
         self._time(record, is_outcome)
         self.recent.append(clean)
         self._trail(record["candidate_id"], clean)
@@ -209,17 +237,44 @@ class DashboardState:
         score = _number(record.get("score"))
         if stage != "geometry" or score is None:
             return
-        method = _name(record.get("method"), "?")
-        if method not in self.histograms:
-            if len(self.histograms) >= 10:
-                return
-            self.histograms[method] = Histogram(*HISTOGRAM_RANGES.get(method, DEFAULT_RANGE))
-        self.histograms[method].add(score)
+        self._count_score(_name(record.get("method"), "?"), score)
+        evidence = record.get("evidence")
+        if isinstance(evidence, Mapping):
+            probability = _number(evidence.get("grounding_probability"))
+            if probability is not None:
+                self._count_score(GROUNDING, probability)
         thresholds = record.get("thresholds")
         if isinstance(thresholds, Mapping) and thresholds:  # the policy's, as last seen
             self.thresholds = {
                 _name(k): x for k, v in thresholds.items() if (x := _number(v)) is not None
             }
+
+    def _count_score(self, method: str, score: float) -> None:
+        if method not in self.histograms:
+            if len(self.histograms) >= 10:
+                return
+            self.histograms[method] = Histogram(*HISTOGRAM_RANGES.get(method, DEFAULT_RANGE))
+        self.histograms[method].add(score)
+
+    def _latency(self, record: Mapping[str, Any], stage: str, is_outcome: bool) -> None:
+        """A stage record's own timing; an outcome's timings summed: the whole ladder."""
+        timings = record.get("timings")
+        if not isinstance(timings, Mapping):
+            return
+        if is_outcome:
+            spent = [x for v in timings.values() if (x := _number(v)) is not None]
+            if spent:
+                self.total_latency.append(sum(spent))
+            return
+        ms = _number(timings.get(stage))
+        if ms is None:
+            return
+        window = self.latency.get(stage)
+        if window is None:
+            if len(self.latency) >= 20:
+                return
+            window = self.latency[stage] = deque(maxlen=LATENCY_WINDOW)
+        window.append(ms)
 
     def _time(self, record: Mapping[str, Any], is_outcome: bool) -> None:
         at = _epoch(record.get("decided_at"))
@@ -228,9 +283,10 @@ class DashboardState:
         if self.last_decided_at is None or str(record["decided_at"]) > self.last_decided_at:
             self.last_decided_at = str(record["decided_at"])
         minute = int(at // 60)
-        bucket = self.minutes.setdefault(minute, [0, 0])
-        bucket[0] += 1
-        bucket[1] += int(is_outcome)
+        bucket = self.minutes.setdefault(minute, Minute())
+        bucket.decisions += 1
+        if is_outcome:
+            bucket.outcomes.add(_name(record.get("topic"), "?"))
         if len(self.minutes) > self.max_minutes:
             newest = max(self.minutes)
             for m in [m for m in self.minutes if m <= newest - self.max_minutes]:
@@ -311,9 +367,16 @@ class DashboardState:
             "breakers": sorted(self.breakers.values(), key=lambda b: (b["endpoint"], b["route"])),
             "histograms": histograms,
             "per_minute": [
-                {"minute": iso_time(m * 60), "decisions": d, "outcomes": o}
-                for m, (d, o) in sorted(self.minutes.items())
+                {
+                    "minute": iso_time(m * 60),
+                    "decisions": b.decisions,
+                    "outcomes": sum(b.outcomes.counts.values()),
+                    "by_outcome": b.outcomes.as_dict(),
+                }
+                for m, b in sorted(self.minutes.items())
             ],
+            "latency": {s: _spread(w) for s, w in sorted(self.latency.items())},
+            "ladder_latency": _spread(self.total_latency),
             "rate_per_minute": sum(self.seconds.values()),
             "last_decided_at": self.last_decided_at,
             "kill_switch": {
@@ -322,3 +385,8 @@ class DashboardState:
                 "at": self.control.kill_switch_at,
             },
         }
+
+
+def _spread(window: deque[float]) -> dict[str, Any]:
+    values = list(window)
+    return {"p50": percentile(values, 50), "p95": percentile(values, 95), "count": len(values)}
