@@ -17,6 +17,7 @@ import faust
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.runtime.control import ControlListener
+from workers.runtime.metrics import StageMetrics, expose
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import StageTelemetry
 from workers.stages.kit import Emit, Inbound, Stage, StageContext, deadletter
@@ -62,7 +63,11 @@ def build_app(
         for t in Topic
     }
     source = out[stage.source]
-    telemetry = StageTelemetry(stage.name)
+    # Telemetry hooks: Prometheus /metrics (opt-in port), spans per batch and per decision.
+    prometheus = StageMetrics(stage.name, settings.topic(stage.source))
+    prometheus.follow(ctx, stage)
+    telemetry = StageTelemetry(stage.name, settings.topic(stage.source), prometheus)
+    expose(app, prometheus, settings)
     if stateful:
         # Keyed by the raw session-id bytes, like the source topic, so the producer's
         # partitioner puts each changelog entry on its session's partition.
@@ -88,7 +93,7 @@ def build_app(
     async def run(stream: faust.StreamT) -> None:
         async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
             batch = [_inbound(e) for e in events]
-            with telemetry.batch(len(batch)):
+            with telemetry.batch(batch):
                 try:
                     emits = await stage.process(batch, ctx)
                 except Exception as exc:  # never crash on a message: park the batch, keep going
@@ -99,7 +104,7 @@ def build_app(
                         for item in batch
                         for e in deadletter(item, reason, stage.name, ctx.clock())
                     ]
-                telemetry.count(emits)
+                telemetry.record(batch, emits)
                 await send_all(emits)
 
     if stateful:

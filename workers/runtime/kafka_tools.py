@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
 from workers.runtime.settings import Settings
+from workers.runtime.telemetry import configure, send_span
 
 
 def reader(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
@@ -39,17 +40,21 @@ def _session_key(line: bytes) -> bytes | None:
 
 
 async def produce_file(settings: Settings, path: Path, topic: str) -> int:
-    """Send every non-blank line as one message, keyed by its session id when it has one."""
+    """Send every non-blank line as one message, keyed by its session id when it has one.
+    Each message starts its own trace: a `send` span whose context goes in `traceparent`."""
+    configure("groundstream-produce", settings.otlp_endpoint)
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers, acks="all", max_request_size=MAX_MESSAGE_BYTES
     )
     await producer.start()
     try:
         lines = [line for line in path.read_bytes().splitlines() if line.strip()]
-        futures = [
-            await producer.send(f"{settings.topic_prefix}{topic}", line, key=_session_key(line))
-            for line in lines
-        ]
+        name = f"{settings.topic_prefix}{topic}"
+        futures = []
+        for line in lines:
+            key = _session_key(line)
+            with send_span(name, key) as headers:
+                futures.append(await producer.send(name, line, key=key, headers=headers))
         await asyncio.gather(*futures)
         return len(lines)
     finally:

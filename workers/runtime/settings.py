@@ -75,6 +75,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "batch_within": (_positive_float, "seconds > 0"),
     "max_candidate_bytes": (_positive_int, "bytes >= 1"),
     "web_port": (_port, "a TCP port"),
+    "metrics_port": (_port, "a TCP port (the first stage's; each stage adds its index)"),
     "web_enabled": (_bool, "true or false"),
     "sampler_url": (_url, "an http(s) base URL ending in /v1"),
     "judge_url": (_url, "an http(s) base URL ending in /v1"),
@@ -113,6 +114,8 @@ class Settings:
     nli_model: str = ""
     log_level: str = "info"
     otlp_endpoint: str = ""
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
     control_poll: float = 0.5
 
     @classmethod

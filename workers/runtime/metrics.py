@@ -1,0 +1,231 @@
+"""Prometheus metrics of one worker process, served as text on `/metrics`.
+
+Opt-in: with GROUNDSTREAM_METRICS_PORT unset nothing listens. When set, each stage serves
+on that base port plus its index in the ladder (geometry +0, switch +1, consistency +2,
+judge +3, rules +4), so `worker all` on one host and one container per stage expose the
+same, predictable addresses; the bind address is GROUNDSTREAM_METRICS_HOST (127.0.0.1).
+Every worker has its own `CollectorRegistry`, so a test process can hold several.
+
+Names are `groundstream_*`; tests/unit/test_metrics_names.py checks the Grafana dashboard
+(deploy/grafana/) and the Prometheus scrape config (deploy/prometheus/) against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import faust
+from faust.exceptions import ConsumerNotStarted
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from workers.runtime.settings import PREFIX, Settings, SettingsError
+from workers.stages.kit import StageContext
+from workers.stages.ladder import STAGE_NAMES
+
+SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0)
+"""Covers P(grounded) and judge p_yes (0–1), DGI (≤ 1) and SGI (up to ~5, strong cut ~4)."""
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+LAG_INTERVAL = 1.0
+"""Seconds between refreshes of the lag gauge."""
+
+
+def metrics_port(settings: Settings, stage: str) -> int | None:
+    """This stage's port: the base port plus its ladder index; None when metrics are off."""
+    if not settings.metrics_port:
+        return None
+    port = settings.metrics_port + STAGE_NAMES.index(stage)
+    if port > 65535:
+        raise SettingsError(
+            PREFIX + "METRICS_PORT",
+            str(settings.metrics_port),
+            f"a port at most {65535 - len(STAGE_NAMES) + 1} (one port per stage above it)",
+        )
+    return port
+
+
+class StageMetrics:
+    """The metrics of one stage worker, in a registry of its own."""
+
+    def __init__(self, stage: str, source: str, registry: CollectorRegistry | None = None) -> None:
+        self.stage, self.source = stage, source
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "groundstream_decisions",
+            "Decision records written, by stage and action",
+            ["stage", "action"],
+            registry=r,
+        )
+        self.outcomes = Counter(
+            "groundstream_outcomes",
+            "Candidates concluded by this stage, by the terminal topic they went to",
+            ["stage", "topic"],
+            registry=r,
+        )
+        self.emits = Counter(
+            "groundstream_emits", "Messages sent, by topic", ["stage", "topic"], registry=r
+        )
+        self.deadletters = Counter(
+            "groundstream_deadletters",
+            "Messages parked on the dead-letter topic",
+            ["stage"],
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "groundstream_batch_duration_seconds",
+            "Time to process one batch, sends acknowledged",
+            ["stage"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "groundstream_batch_size",
+            "Messages per batch",
+            ["stage"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.scores = Histogram(
+            "groundstream_score",
+            "Scores on decision records, by stage and scoring method",
+            ["stage", "method"],
+            buckets=SCORE_BUCKETS,
+            registry=r,
+        )
+        self.lag = Gauge(
+            "groundstream_consumer_lag",
+            "Messages on the source partition after the last one this worker processed",
+            ["stage", "topic", "partition"],
+            registry=r,
+        )
+        self.kill_switch = Gauge(
+            "groundstream_kill_switch",
+            "1 while this worker sees the kill switch on",
+            ["stage"],
+            registry=r,
+        )
+        self._lag_keys: set[str] = set()
+        self._processed: dict[int, int] = {}  # source partition → last offset processed
+
+    def observe_batch(self, size: int, seconds: float) -> None:
+        self.batch_size.labels(self.stage).observe(size)
+        self.batch_seconds.labels(self.stage).observe(seconds)
+
+    def observe_record(self, record: dict[str, Any]) -> None:
+        """Count one decision record (a stage's verdict or a candidate's outcome)."""
+        if record.get("stage") == "outcome":
+            self.outcomes.labels(self.stage, str(record.get("topic"))).inc()
+            return
+        self.decisions.labels(self.stage, str(record.get("action"))).inc()
+        score = record.get("score")
+        if isinstance(score, int | float):
+            self.scores.labels(self.stage, str(record.get("method") or "none")).observe(score)
+
+    def count_emit(self, topic: str) -> None:
+        self.emits.labels(self.stage, topic).inc()
+        if topic == "deadletter":
+            self.deadletters.labels(self.stage).inc()
+
+    def processed(self, partition: int, offset: int) -> None:
+        """Note that the message at `offset` of the source partition has been handled."""
+        if offset > self._processed.get(partition, -1):
+            self._processed[partition] = offset
+
+    async def refresh_lag(self, consumer: Any) -> None:
+        """Lag of each assigned source partition, from faust's consumer: its high-water mark
+        less the next offset to process (the fetch position before the first message)."""
+        lags: dict[int, int] = {}
+        try:
+            assigned = consumer.assignment()
+        except ConsumerNotStarted:
+            return
+        for tp in assigned:
+            if tp.topic != self.source:
+                continue
+            try:
+                high = consumer.highwater(tp)
+            except AssertionError:  # aiokafka's answer for a partition just revoked
+                continue
+            if high is None:  # nothing fetched from the partition yet
+                continue
+            done = self._processed.get(tp.partition)
+            upcoming = done + 1 if done is not None else await consumer.position(tp)
+            if upcoming is not None:
+                lags[tp.partition] = max(high - upcoming, 0)
+        self.set_lag(lags)
+
+    def set_lag(self, lags: dict[int, int]) -> None:
+        """Replace the lag series by `lags` (source partition → messages behind)."""
+        keys = {str(partition) for partition in lags}
+        for partition in self._lag_keys - keys:
+            self.lag.remove(self.stage, self.source, partition)
+        for partition, behind in lags.items():
+            self.lag.labels(self.stage, self.source, str(partition)).set(behind)
+        self._lag_keys = keys
+
+    def follow(self, ctx: StageContext, stage: object) -> None:
+        """Read the kill switch, the encoder cache and the stage's breakers at scrape time."""
+        self.kill_switch.labels(self.stage).set_function(lambda: float(ctx.control.kill_switch))
+        self.registry.register(_LiveCollector(self.stage, ctx, stage))
+
+
+class _LiveCollector(Collector):
+    """Values owned by other objects, read when Prometheus scrapes."""
+
+    def __init__(self, stage: str, ctx: StageContext, stage_obj: object) -> None:
+        self.stage, self.ctx, self.stage_obj = stage, ctx, stage_obj
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._cache()
+        yield from self._breakers()
+
+    def _cache(self) -> Iterator[Metric]:
+        encoder = self.ctx.services.get("encoder")
+        if encoder is None or not hasattr(encoder, "cache_lookups"):
+            return
+        for name, value, doc in (
+            ("groundstream_encoder_cache_lookups", encoder.cache_lookups, "Texts embedded"),
+            ("groundstream_encoder_cache_hits", encoder.cache_hits, "Texts found in the cache"),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["stage"])
+            family.add_metric([self.stage], value)
+            yield family
+
+    def _breakers(self) -> Iterator[Metric]:
+        pool = getattr(self.stage_obj, "pool", None)
+        if pool is None:
+            return
+        family = GaugeMetricFamily(
+            "groundstream_breaker_open",
+            "1 while the route's breaker to the endpoint is open or half-open",
+            labels=["stage", "endpoint", "route"],
+        )
+        for route, status in pool.breakers().items():
+            family.add_metric([self.stage, pool.kind, route], float(status.value != "closed"))
+        yield family
+
+
+def expose(app: faust.App, prometheus: StageMetrics, settings: Settings) -> None:
+    """Serve `/metrics` for this stage when GROUNDSTREAM_METRICS_PORT is set (a daemon
+    thread of prometheus_client), and refresh the lag gauge every LAG_INTERVAL seconds."""
+    port = metrics_port(settings, prometheus.stage)
+    if port is None:
+        return
+    try:
+        start_http_server(port, addr=settings.metrics_host, registry=prometheus.registry)
+    except OSError as exc:
+        raise SettingsError(
+            PREFIX + "METRICS_PORT",
+            str(settings.metrics_port),
+            f"a base port whose {prometheus.stage} port {settings.metrics_host}:{port} "
+            f"can be bound ({exc.strerror})",
+        ) from None
+
+    @app.timer(LAG_INTERVAL, name=f"{prometheus.stage}-lag")
+    async def refresh_lag() -> None:
+        await prometheus.refresh_lag(app.consumer)
