@@ -2,7 +2,9 @@
 
 The models are tiny BERT classifiers built here with a fixed classifier bias, so their
 verdict is known: one says every pair entails (all samples mean the same), the other that
-none does. Real sentence-transformers loading, real tokenizer, real forward pass.
+none does. Real sentence-transformers loading, real tokenizer, real forward pass: this
+checks the loading and the stage's wiring; that the matrix follows the texts is checked
+with a text-dependent fake in tests/unit/test_nli.py.
 """
 
 from __future__ import annotations
