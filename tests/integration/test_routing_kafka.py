@@ -48,7 +48,7 @@ TEXTS = json.loads((ROUTING / "candidates.json").read_text())
 APPROVAL_FIELD = "routes.canary.active_approval"
 BREAKER_COOLDOWN = 10.0  # routes.breaker.breaker_cooldown_seconds
 STAGES = ("geometry", "switch", "rules", "judge")
-KILL_SWITCH_WAIT = 4.0  # seconds from `kill-switch on` returning to the next candidate (<= 5)
+KILL_SWITCH_WAIT = 5.0  # seconds from the control message to the workers holding accepts
 
 
 # ------------------------------------------------------------------ the ladder --
@@ -427,18 +427,30 @@ def test_kill_switch_stops_acceptance_on_running_workers(ladder: Ladder) -> None
     got = ladder.wait([(before["id"], "outcome")])
     assert got[(before["id"], "outcome")]["topic"] == Topic.STATE.value
 
+    # Probe every half second until the control message is KILL_SWITCH_WAIT old: the first
+    # probe the rules stage holds bounds how long the switch took to reach the workers.
     try:
         cli(ladder.env, "control", "kill-switch", "on", "--by", "ops")
-        flipped = time.monotonic()
-        time.sleep(KILL_SWITCH_WAIT)
-        held = candidate(route="evaluate", tag="ks-held")
-        assert time.monotonic() - flipped <= 5.0
-        ladder.send(held)
-        got = ladder.wait([(held["id"], s) for s in ("geometry", "switch", "rules", "outcome")])
+        switched_at = ladder.read(Topic.CONTROL)[-1]["at"]
+        probes: list[tuple[float, dict[str, Any]]] = []
+        while not probes or probes[-1][0] < switched_at + KILL_SWITCH_WAIT:
+            probe = candidate(route="evaluate", tag=f"ks-probe{len(probes)}")
+            probes.append((time.time(), probe))
+            ladder.send(probe)
+            time.sleep(0.5)
+        got = ladder.wait(
+            [(c["id"], s) for _, c in probes for s in ("geometry", "switch", "rules", "outcome")]
+        )
     finally:
         cli(ladder.env, "control", "kill-switch", "off", "--by", "ops")
     released_at = time.monotonic()
 
+    held_flags = [got[(c["id"], "rules")]["kill_switch"] for _, c in probes]
+    assert True in held_flags, "no probe was held within KILL_SWITCH_WAIT of the switch"
+    first = held_flags.index(True)
+    assert all(held_flags[first:]), held_flags  # once applied, it stays applied
+    assert probes[first][0] - switched_at <= KILL_SWITCH_WAIT
+    held = probes[-1][1]  # sent after every worker had time to see the switch
     rules = got[(held["id"], "rules")]
     assert (rules["action"], rules["gate"], rules["kill_switch"]) == (
         "escalate",
