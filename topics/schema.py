@@ -1,4 +1,5 @@
-"""Message schemas: the candidate a producer sends, and the envelope stages pass on.
+"""Message schemas: the candidate a producer sends, the envelope stages pass on, and the
+per-stage payloads the envelope carries (the geometry stage's score, a person's verdict).
 
 Parsing is strict and total: `parse_candidate` / `parse_envelope` either return a frozen
 value or raise `MalformedMessage` with a reason that goes to the dead-letter topic with
@@ -8,12 +9,13 @@ the raw bytes. Nothing here raises anything else on bad input.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any
 
 import orjson
 
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
 
 SCHEMA_VERSION = 1
@@ -187,6 +189,119 @@ def parse_candidate(
     return candidate_from_dict(data)
 
 
+_FIELD_KINDS: dict[str, tuple[type, ...]] = {
+    "float": (int, float),
+    "int": (int,),
+    "bool": (bool,),
+    "str": (str,),
+    "Method": (str,),
+}
+"""JSON types accepted for each annotation used by the score records."""
+
+
+def _record_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
+    """A frozen score record from its `to_dict()` form; every field checked by type."""
+    spec = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(spec))
+    if unknown:
+        raise MalformedMessage(f"bad value: {where} has unknown field {unknown[0]!r}")
+    for name, f in spec.items():
+        if name not in data:
+            if f.default is MISSING:
+                raise MalformedMessage(f"missing field: {where}.{name}")
+            continue
+        value = data[name]
+        kinds = _FIELD_KINDS[str(f.type)]
+        if (bool not in kinds and isinstance(value, bool)) or not isinstance(value, kinds):
+            raise MalformedMessage(f"wrong type: {where}.{name} must be {f.type!s}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MalformedMessage(f"bad value: {where}.{name} must be finite")
+    return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class GeometryPayload:
+    """The geometry stage's score, as the switch reads it back: an SGI or DGI record, or
+    P(grounded) over the SGI when the policy carries a grounding model. On the wire it is
+    the record's fields, plus `grounding` ({probability, features}) for P(grounded)."""
+
+    score: SGIResult | DGIResult | GroundingScore
+
+    def to_dict(self) -> dict[str, Any]:
+        if isinstance(self.score, GroundingScore):
+            return {**self.score.sgi.to_dict(), "grounding": self.score.to_dict()}
+        return self.score.to_dict()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GeometryPayload:
+        if not isinstance(data, dict):
+            raise MalformedMessage("wrong type: envelope geometry must be an object")
+        record = dict(data)
+        grounding = record.pop("grounding", None)
+        method = record.get("method")
+        if method not in ("sgi", "dgi"):
+            raise MalformedMessage("bad value: geometry.method must be 'sgi' or 'dgi'")
+        result = _record_from_dict(SGIResult if method == "sgi" else DGIResult, record, "geometry")
+        if grounding is None:
+            return cls(result)
+        if not isinstance(result, SGIResult):
+            raise MalformedMessage("bad value: geometry.grounding comes only with an sgi score")
+        return cls(_grounding(grounding, result))
+
+
+def _grounding(data: Any, sgi: SGIResult) -> GroundingScore:
+    if not isinstance(data, dict) or set(data) != {"probability", "features"}:
+        raise MalformedMessage(
+            "wrong type: geometry.grounding must be an object of probability and features"
+        )
+    p, features = data["probability"], data["features"]
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+        raise MalformedMessage("bad value: geometry.grounding.probability must be in [0, 1]")
+    if not isinstance(features, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for v in features.values()
+    ):
+        raise MalformedMessage(
+            "wrong type: geometry.grounding.features must map names to finite numbers"
+        )
+    return GroundingScore(float(p), sgi, features, flagged=sgi.flagged, flag_reason=sgi.flag_reason)
+
+
+HUMAN_VERDICTS = ("accept", "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class HumanPayload:
+    """A person's verdict on a reviewed candidate: what rules later honour as an override."""
+
+    verdict: str
+    by: str
+    note: str
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "by": self.by, "note": self.note, "at": self.at}
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "accept"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> HumanPayload:
+        if not isinstance(data, dict):
+            raise MalformedMessage("wrong type: envelope human must be an object")
+        if set(data) != {"verdict", "by", "note", "at"}:
+            raise MalformedMessage("bad value: envelope human needs verdict, by, note and at")
+        verdict, by, note, at = data["verdict"], data["by"], data["note"], data["at"]
+        if verdict not in HUMAN_VERDICTS:
+            raise MalformedMessage("bad value: human.verdict must be 'accept' or 'reject'")
+        if not isinstance(by, str) or not by.strip() or not isinstance(note, str):
+            raise MalformedMessage("wrong type: human.by must name a person, human.note a string")
+        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+            raise MalformedMessage("wrong type: human.at must be epoch seconds")
+        return cls(verdict, by, note, at)
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """What travels between stages: the candidate plus everything decided about it so far."""
@@ -195,12 +310,12 @@ class Envelope:
     route: str
     mode: str
     deadline: float | None = None
-    geometry: dict[str, Any] | None = None
+    geometry: GeometryPayload | None = None
     trail: tuple[dict[str, Any], ...] = ()
     last_hash: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     traceparent: str | None = None
-    human: dict[str, Any] | None = None
+    human: HumanPayload | None = None
     policy_version: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,12 +325,12 @@ class Envelope:
             "route": self.route,
             "mode": self.mode,
             "deadline": self.deadline,
-            "geometry": self.geometry,
+            "geometry": None if self.geometry is None else self.geometry.to_dict(),
             "trail": list(self.trail),
             "last_hash": self.last_hash,
             "timings": self.timings,
             "traceparent": self.traceparent,
-            "human": self.human,
+            "human": None if self.human is None else self.human.to_dict(),
             "policy_version": self.policy_version,
         }
 
@@ -245,27 +360,23 @@ def envelope_from_dict(data: Any) -> Envelope:
     if not isinstance(trail, list) or not all(isinstance(t, dict) for t in trail):
         raise MalformedMessage("wrong type: envelope trail must be a list of objects")
     geometry = data.get("geometry")
-    if geometry is not None and not isinstance(geometry, dict):
-        raise MalformedMessage("wrong type: envelope geometry must be an object")
     deadline = data.get("deadline")
     if deadline is not None and (
         isinstance(deadline, bool) or not isinstance(deadline, int | float)
     ):
         raise MalformedMessage("wrong type: envelope deadline must be a number")
     human = data.get("human")
-    if human is not None and not isinstance(human, dict):
-        raise MalformedMessage("wrong type: envelope human must be an object")
     return Envelope(
         candidate=candidate,
         route=data["route"],
         mode=data["mode"],
         deadline=deadline,
-        geometry=geometry,
+        geometry=None if geometry is None else GeometryPayload.from_dict(geometry),
         trail=tuple(trail),
         last_hash=str(data.get("last_hash", "")),
         timings=dict(data.get("timings") or {}),
         traceparent=data.get("traceparent"),
-        human=human,
+        human=None if human is None else HumanPayload.from_dict(human),
         policy_version=str(data.get("policy_version", "")),
     )
 

@@ -146,7 +146,7 @@ class TestLadder:
         for emit in result.outputs[Topic.STATE]:
             env = parse_envelope(emit.value)
             assert emit.key == env.candidate.session_id.encode()
-            assert env.geometry is not None and env.geometry["method"] == "sgi"
+            assert env.geometry is not None and env.geometry.to_dict()["method"] == "sgi"
             assert env.trail[0]["stage"] == "geometry"
             assert env.trail[-1]["stage"] == "rules"
 

@@ -9,12 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import canonical, dumps, loads
 from topics.names import TERMINAL, TOPIC_SPECS, Topic
 from topics.schema import (
     MAX_ID_CHARS,
     Candidate,
     Envelope,
+    GeometryPayload,
+    HumanPayload,
     MalformedMessage,
     parse_candidate,
     parse_envelope,
@@ -209,12 +212,12 @@ def _envelope(**overrides) -> Envelope:
         "route": "default",
         "mode": "evaluate",
         "deadline": 1_900_000_000.25,
-        "geometry": {"value": 1.3, "method": "sgi", "best_chunk": 1},
+        "geometry": GeometryPayload(SGI),
         "trail": ({"stage": "geometry", "action": "scored"},),
         "last_hash": "ab" * 32,
         "timings": {"geometry": 1.25},
         "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
-        "human": None,
+        "human": HumanPayload("accept", "ana", "checked the source", 1_900_000_001.5),
         "policy_version": "v1",
     }
     fields.update(overrides)
@@ -273,6 +276,77 @@ class TestEnvelope:
     def test_not_an_envelope(self, payload):
         with pytest.raises(MalformedMessage):
             parse_envelope(payload)
+
+
+SGI = SGIResult(1.3, 0.9, 0.7, 1, 2)
+DGI = DGIResult(0.4, 0.8, flagged=True, flag_reason="short")
+GROUNDED = GroundingScore(0.83, SGI, {"sgi": 1.3, "unsupported": 0.0})
+
+
+class TestGeometryPayload:
+    @pytest.mark.parametrize("score", [SGI, DGI, GROUNDED])
+    def test_round_trip_keeps_the_score_value(self, score):
+        payload = GeometryPayload(score)
+        assert GeometryPayload.from_dict(loads(dumps(payload.to_dict()))).score == score
+
+    def test_wire_form_is_the_record_plus_grounding(self):
+        assert GeometryPayload(GROUNDED).to_dict() == {
+            **SGI.to_dict(),
+            "grounding": {"probability": 0.83, "features": {"sgi": 1.3, "unsupported": 0.0}},
+        }
+
+    @pytest.mark.parametrize(
+        ("data", "reason"),
+        [
+            ([1], "geometry must be an object"),
+            ({**SGI.to_dict(), "method": "xyz"}, "geometry.method"),
+            ({k: v for k, v in SGI.to_dict().items() if k != "theta_rc"}, "geometry.theta_rc"),
+            ({**SGI.to_dict(), "value": "1.3"}, "geometry.value"),
+            ({**SGI.to_dict(), "best_chunk": True}, "geometry.best_chunk"),
+            ({**SGI.to_dict(), "flagged": 1}, "geometry.flagged"),
+            ({**SGI.to_dict(), "extra": 1}, "unknown field 'extra'"),
+            ({**DGI.to_dict(), "theta_rq": 0.5}, "unknown field 'theta_rq'"),
+            ({**DGI.to_dict(), "grounding": GROUNDED.to_dict()}, "only with an sgi"),
+            ({**SGI.to_dict(), "grounding": {"probability": 0.5}}, "probability and features"),
+            (
+                {**SGI.to_dict(), "grounding": {"probability": 1.5, "features": {}}},
+                "probability must be in [0, 1]",
+            ),
+            (
+                {**SGI.to_dict(), "grounding": {"probability": 0.5, "features": {"a": "x"}}},
+                "features must map names to finite numbers",
+            ),
+        ],
+    )
+    def test_malformed_geometry_is_dead_lettered_with_its_reason(self, data, reason):
+        env = _envelope().to_dict() | {"geometry": data}
+        with pytest.raises(MalformedMessage) as info:
+            parse_envelope(dumps(env))
+        assert reason in info.value.reason
+
+
+class TestHumanPayload:
+    def test_round_trip(self):
+        human = HumanPayload("reject", "ana", "", 1_900_000_000.0)
+        assert HumanPayload.from_dict(loads(dumps(human.to_dict()))) == human
+        assert not human.accepted and HumanPayload("accept", "ana", "", 1.0).accepted
+
+    @pytest.mark.parametrize(
+        ("data", "reason"),
+        [
+            ("yes", "human must be an object"),
+            ({"verdict": "accept", "by": "ana", "note": ""}, "needs verdict, by, note and at"),
+            ({"verdict": "maybe", "by": "ana", "note": "", "at": 1.0}, "human.verdict"),
+            ({"verdict": "accept", "by": " ", "note": "", "at": 1.0}, "human.by"),
+            ({"verdict": "accept", "by": "ana", "note": 3, "at": 1.0}, "human.note"),
+            ({"verdict": "accept", "by": "ana", "note": "", "at": "now"}, "human.at"),
+        ],
+    )
+    def test_malformed_human_is_dead_lettered_with_its_reason(self, data, reason):
+        env = _envelope().to_dict() | {"human": data}
+        with pytest.raises(MalformedMessage) as info:
+            parse_envelope(dumps(env))
+        assert reason in info.value.reason
 
 
 class TestCodecAndNames:

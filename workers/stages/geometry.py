@@ -18,7 +18,7 @@ from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
 from topics.names import Topic
-from topics.schema import Candidate, Envelope, MalformedMessage, parse_candidate
+from topics.schema import Candidate, Envelope, GeometryPayload, MalformedMessage, parse_candidate
 from workers.clients.encoder import stage_encoder
 from workers.stages.common import expire
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
@@ -119,13 +119,12 @@ class GeometryStage:
         for (env, started), scored in zip(ready, results, strict=True):
             verdict = check(scored, ctx.policy.thresholds)
             result = scored.sgi if isinstance(scored, GroundingScore) else scored
-            geometry = result.to_dict()
+            payload = GeometryPayload(scored)
             evidence: dict[str, Any] = {
-                "geometry": geometry,
+                "geometry": payload.to_dict(),
                 "encoder": getattr(encoder, "model_id", "custom"),
             }
             if isinstance(scored, GroundingScore):
-                geometry["grounding"] = scored.to_dict()
                 evidence["grounding_probability"] = scored.value
                 evidence["features"] = dict(scored.features)
             emits += conclude(
@@ -141,16 +140,12 @@ class GeometryStage:
                 level=verdict.level.value,
                 evidence=evidence,
                 thresholds=thresholds,
-                update=lambda e, g=geometry: _with_geometry(e, g),
+                update=lambda e, g=payload: replace(e, geometry=g),
             )
         return emits
 
     async def close(self) -> None:
         return None
-
-
-def _with_geometry(env: Envelope, geometry: dict[str, Any]) -> Envelope:
-    return replace(env, geometry=geometry)
 
 
 def _header(item: Inbound, name: str) -> str | None:

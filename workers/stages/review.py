@@ -12,7 +12,7 @@ from pipeline.policy import Policy
 from pipeline.review import HumanVerdict, reason
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
-from topics.schema import Envelope, MalformedMessage, parse_envelope
+from topics.schema import Envelope, HumanPayload, MalformedMessage, parse_envelope
 from workers.runtime.kafka_tools import reader
 from workers.runtime.settings import Settings
 from workers.stages.kit import StageContext, conclude
@@ -95,7 +95,7 @@ async def decide(
             f"{candidate_id!r} is not waiting for review (unknown or already decided)"
         )
     env = items[candidate_id].envelope
-    human = {"verdict": verdict.value, "by": by, "note": note, "at": time.time()}
+    human = HumanPayload(verdict.value, by, note, time.time())
     ctx = StageContext(policy=policy, default_route=settings.default_route)
     emits = conclude(
         ctx,

@@ -25,7 +25,7 @@ class RulesStage(EnvelopeStage):
         verdict = evaluate_rules(
             RuleInput(c.question, c.context_chunks, c.response, c.metadata), ctx.policy.rules
         )
-        human = bool(env.human and env.human.get("verdict") == "accept")
+        human = env.human is not None and env.human.accepted
         evidence = {"rules": verdict.to_dict(), "human_override": human}
         names = sorted({hit.rule for hit in verdict.hits})
         violation = f"rule violation: {', '.join(names)}"

@@ -16,20 +16,9 @@ from workers.stages.kit import Emit, StageContext, conclude, key_of
 
 
 def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
-    """The score the geometry stage put on the envelope, rebuilt as its value type."""
-    g = dict(env.geometry or {})
-    grounding = g.pop("grounding", None)
-    try:
-        result = SGIResult(**g) if g.get("method") == "sgi" else DGIResult(**g)
-    except TypeError:
-        return None
-    if isinstance(grounding, dict) and isinstance(result, SGIResult):
-        features = grounding.get("features") or {}
-        probability = float(grounding.get("probability", 0.0))
-        return GroundingScore(
-            probability, result, features, flagged=result.flagged, flag_reason=result.flag_reason
-        )
-    return result
+    """The score the geometry stage put on the envelope (validated when the envelope was
+    parsed: a malformed one is dead-lettered); None when there is none."""
+    return None if env.geometry is None else env.geometry.score
 
 
 class SwitchStage(EnvelopeStage):
