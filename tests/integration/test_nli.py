@@ -20,9 +20,8 @@ from pipeline.policy import parse_policy
 from topics.codec import loads
 from topics.schema import Candidate, Envelope
 from workers.clients.nli import NliSimilarity
-from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
-from workers.stages.kit import Inbound, StageContext
+from workers.stages.kit import EndpointConfig, Inbound, StageContext
 
 LABELS = {0: "contradiction", 1: "entailment", 2: "neutral"}
 
@@ -78,7 +77,7 @@ def test_missing_model_names_the_setting(tmp_path: Path) -> None:
 
 def _run(model: Path) -> dict:
     policy = parse_policy({"consistency": {"same_meaning": 0.5, "agree_threshold": 0.5}})
-    stage = ConsistencyStage(Settings(nli_model=str(model)))
+    stage = ConsistencyStage(EndpointConfig(), nli_model=str(model))
     candidate = Candidate(
         id="nli-1",
         session_id="s",

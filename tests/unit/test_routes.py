@@ -8,7 +8,9 @@ from pipeline.review import HumanVerdict
 from pipeline.routing import Mode
 from pipeline.switch import SwitchAction
 from topics.names import TERMINAL, Topic
-from workers.stages.ladder import LADDER
+from workers.runtime.settings import Settings
+from workers.stages.kit import EndpointConfig
+from workers.stages.ladder import LADDER, judge, sampler
 from workers.stages.routes import HOLD, ROUTES, SAFE_PATH, route, served
 
 STAGE_VERDICTS = {row.name: set(row.verdicts) for row in LADDER} | {"review": set(HumanVerdict)}
@@ -93,3 +95,18 @@ def test_terminal_set_in_display_order():
         "escalations.review",
         "deadletter",
     ]
+
+
+def test_the_ladder_hands_each_stage_its_own_endpoint_config():
+    settings = Settings(
+        sampler_url="http://127.0.0.1:1/v1",
+        sampler_model="s-model",
+        sampler_timeout=3.0,
+        sampler_api_key="s-key",
+        judge_url="http://127.0.0.1:2/v1",
+        judge_model="j-model",
+        judge_timeout=4.0,
+        judge_api_key="j-key",
+    )
+    assert sampler(settings) == EndpointConfig("http://127.0.0.1:1/v1", "s-model", 3.0, "s-key")
+    assert judge(settings) == EndpointConfig("http://127.0.0.1:2/v1", "j-model", 4.0, "j-key")

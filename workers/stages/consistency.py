@@ -20,9 +20,8 @@ from topics.schema import Envelope
 from workers.clients.encoder import stage_encoder
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.nli import load_nli
-from workers.runtime.settings import Settings
 from workers.stages.common import EnvelopeStage, expire
-from workers.stages.kit import Emit, StageContext, conclude
+from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
 from workers.stages.routes import DEFER, PASS
 
 
@@ -38,12 +37,11 @@ class ConsistencyStage(EnvelopeStage):
     name = "consistency"
     source = Topic.CONSISTENCY
 
-    def __init__(self, settings: Settings) -> None:
-        self.nli_model = settings.nli_model
-        self.pool = EndpointPool(
-            "sampler", settings.sampler_url, settings.sampler_model, settings.sampler_api_key
-        )
-        self.timeout = settings.sampler_timeout
+    def __init__(self, sampler: EndpointConfig, nli_model: str = "") -> None:
+        """`nli_model`: the path of an NLI cross-encoder; empty compares embeddings."""
+        self.nli_model = nli_model
+        self.pool = EndpointPool("sampler", sampler.url, sampler.model, sampler.api_key)
+        self.timeout = sampler.timeout
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()

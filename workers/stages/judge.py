@@ -16,20 +16,17 @@ from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.llm import failure_kind
-from workers.runtime.settings import Settings
 from workers.stages.common import EnvelopeStage, expire, hold_for_review
-from workers.stages.kit import Emit, StageContext, conclude
+from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
 
 
 class JudgeStage(EnvelopeStage):
     name = "judge"
     source = Topic.JUDGE
 
-    def __init__(self, settings: Settings) -> None:
-        self.pool = EndpointPool(
-            "judge", settings.judge_url, settings.judge_model, settings.judge_api_key
-        )
-        self.timeout = settings.judge_timeout
+    def __init__(self, judge: EndpointConfig) -> None:
+        self.pool = EndpointPool("judge", judge.url, judge.model, judge.api_key)
+        self.timeout = judge.timeout
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()

@@ -46,6 +46,17 @@ class Inbound:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """One OpenAI-compatible endpoint a stage calls: all it needs from the settings, so a
+    stage can be built (and tested) without the whole `Settings`."""
+
+    url: str = ""
+    model: str = ""
+    timeout: float = 10.0
+    api_key: str = field(default="", repr=False)
+
+
 @dataclass
 class ControlState:
     """Operator controls as this worker last saw them on the control topic."""

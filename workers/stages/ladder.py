@@ -1,5 +1,6 @@
 """The stage table: adding a stage is one adapter module plus one row here. The CLI, the
-embedded runner and the worker entry points all loop over this table."""
+embedded runner and the worker entry points all loop over this table. A row builds its
+stage from the settings, handing each stage only its own endpoint config."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
-from workers.stages.kit import Stage
+from workers.stages.kit import EndpointConfig, Stage
 from workers.stages.routes import DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
@@ -27,11 +28,24 @@ class StageRow:
     needs_encoder: bool = False
 
 
+def sampler(s: Settings) -> EndpointConfig:
+    return EndpointConfig(s.sampler_url, s.sampler_model, s.sampler_timeout, s.sampler_api_key)
+
+
+def judge(s: Settings) -> EndpointConfig:
+    return EndpointConfig(s.judge_url, s.judge_model, s.judge_timeout, s.judge_api_key)
+
+
 LADDER: tuple[StageRow, ...] = (
     StageRow("geometry", lambda s: GeometryStage(), (SCORED, SKIP, HOLD), needs_encoder=True),
     StageRow("switch", lambda s: SwitchStage(), (*SwitchAction, HOLD), stateful=True),
-    StageRow("consistency", ConsistencyStage, (PASS, DEFER, HOLD), needs_encoder=True),
-    StageRow("judge", JudgeStage, (*SwitchAction, HOLD)),
+    StageRow(
+        "consistency",
+        lambda s: ConsistencyStage(sampler(s), s.nli_model),
+        (PASS, DEFER, HOLD),
+        needs_encoder=True,
+    ),
+    StageRow("judge", lambda s: JudgeStage(judge(s)), (*SwitchAction, HOLD)),
     StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
 )
 STAGE_NAMES = tuple(row.name for row in LADDER)
