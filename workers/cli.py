@@ -225,8 +225,14 @@ def eval_command(
 ) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput."""
     from workers.eval.evaluation import evaluate
+    from workers.eval.report import require_matplotlib
     from workers.eval.report_text import render_summary
 
+    if report_dir is not None:
+        try:  # before the run, not after it
+            require_matplotlib()
+        except ModuleNotFoundError as exc:
+            raise click.ClickException(str(exc)) from None
     settings = _settings(policy)
     metrics = evaluate(
         data,

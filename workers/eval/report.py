@@ -52,7 +52,19 @@ from pipeline.fit.metrics import (
 )
 from topics.names import TERMINAL
 
-__all__ = ["OUTCOME_TOPICS", "summarize", "write_report"]
+__all__ = ["OUTCOME_TOPICS", "REPORT_NEEDS", "require_matplotlib", "summarize", "write_report"]
+
+REPORT_NEEDS = "eval --report needs matplotlib: pip install 'groundstream[eval]'"
+
+
+def require_matplotlib() -> None:
+    """The plots need matplotlib, an optional extra: say which one in one line, rather than
+    a traceback halfway through a report."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ModuleNotFoundError(REPORT_NEEDS, name="matplotlib") from None
+
 
 OUTCOME_TOPICS: tuple[str, ...] = tuple(t.value for t in TERMINAL)
 """Outcome topics always listed in the counts (others seen in the records are added):
@@ -434,10 +446,11 @@ def write_report(
     ``score_hist.png`` (score histograms by label), ``reliability.png`` (reliability of
     the grounding probability, or of min-max-scaled scores when there is none; the title
     says which), ``actions.png`` (outcome-topic mix per label). Returns the paths written.
-    Needs matplotlib (the ``eval`` extra); no global backend is set.
+    Needs matplotlib (the ``eval`` extra; see `require_matplotlib`); no global backend is set.
     """
     import orjson
 
+    require_matplotlib()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     found, _ = _collect(records, labels)
