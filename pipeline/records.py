@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from pipeline.evidence import cap_evidence
+
 RECORD_SCHEMA_VERSION = 1
 OUTCOME_STAGE = "outcome"
 _VOLATILE = frozenset({"decided_at", "timings", "trace_id", "hash", "prev_hash", "duration_ms"})
@@ -97,7 +99,7 @@ def make_record(
         "timings": dict(timings or {}),
         "trace_id": trace_id,
         "thresholds": dict(thresholds or {}),
-        "evidence": dict(evidence or {}),
+        "evidence": cap_evidence(evidence or {}),
         "prev_hash": prev_hash,
     }
     if topic is not None:
