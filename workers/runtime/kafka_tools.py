@@ -18,13 +18,15 @@ from workers.runtime.telemetry import configure, send_span
 def reader(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
     """A consumer outside any group that reads ``topics`` from their first offset and
     commits nothing: for the tools that look at a topic (consume, review list, dashboard)
-    without taking part in a stage's group."""
+    without taking part in a stage's group. It reads committed messages only: stages
+    write in transactions, and an aborted attempt's outputs must never be seen."""
     return AIOKafkaConsumer(
         *topics,
         bootstrap_servers=settings.bootstrap_servers,
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        isolation_level="read_committed",
         max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
         **options,
     )
