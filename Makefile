@@ -20,7 +20,13 @@ demo: venv
 	$(VENV)/bin/groundstream verify examples/candidates.jsonl --out out/decisions.jsonl
 	@echo "decision records: out/decisions.jsonl"
 
-test: venv
+# The browser tests drive Debian's chromium with Playwright (never `playwright install`).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
+test: venv $(CHROMIUM)
 	$(PY) -m pytest
 
 test-unit: venv

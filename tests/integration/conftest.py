@@ -8,6 +8,9 @@
 * ``kafka_helpers`` (function): namespace with the async helpers below, for test
   modules that prefer not to import from this conftest.
 * ``create_topics`` / ``produce`` / ``consume_all``: async helpers on plain aiokafka.
+* ``dashboard_settings`` / ``dashboard_url`` (function): the web dashboard on this test's
+  topics, served on 127.0.0.1; ``decision_record`` / ``send_decisions`` / ``until`` feed
+  and watch it (tests/browser imports these too).
 
 Every test collected under ``tests/integration`` is marked ``integration``.
 """
@@ -17,16 +20,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import RecordMetadata
+
+from pipeline.records import make_record
+from topics.admin import create_topics as create_ladder_topics
+from topics.codec import dumps
+from topics.names import Topic
+from workers.runtime.settings import Settings
+from workers.web.app import build_app
 
 from .harness import BrokerStartError, local_broker
 
@@ -208,3 +220,71 @@ async def wait_for_partitions(bootstrap: str, topic: str, deadline: float) -> li
             await asyncio.sleep(0.2)
     finally:
         await admin.close()
+
+
+# ----------------------------------------------------------------- dashboard --
+# Shared by tests/integration/test_dashboard.py (over HTTP) and tests/browser (in Chromium).
+
+DASHBOARD_TOKEN = "integration-token"
+
+
+def decision_record(candidate_id: str, stage: str, action: str, **extra: Any) -> dict[str, Any]:
+    """A hashed decision record as a stage would write it (decided now unless told)."""
+    fields: dict[str, Any] = {
+        "session_id": f"s-{candidate_id}",
+        "turn": 1,
+        "write_to_state": action == "accept",
+        "reason": f"{stage}: {action}",
+        "policy_version": "test",
+        "decided_at": time.time(),
+        "mode": "active",
+        "route": "default",
+        "prev_hash": "",
+    }
+    fields.update(extra)
+    return make_record(candidate_id=candidate_id, stage=stage, action=action, **fields)
+
+
+async def send_decisions(bootstrap: str, settings: Settings, *records: Mapping[str, Any]) -> None:
+    """Produce `records` on the settings' `decisions` topic, keyed by session."""
+    items = [(str(r["session_id"]).encode(), dumps(r)) for r in records]
+    await produce(bootstrap, settings.topic(Topic.DECISIONS), items)
+
+
+async def until(check: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
+    """Await `check()` until it returns something truthy, or `timeout`; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(every)
+
+
+@pytest.fixture
+async def dashboard_settings(kafka_bootstrap: str, topic_prefix: str) -> Settings:
+    """Settings for this test's own topics (created), with the dashboard token set."""
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        partitions=2,
+        web_token=DASHBOARD_TOKEN,
+    )
+    await create_ladder_topics(
+        kafka_bootstrap, topic_prefix, settings.partitions, settings.replication
+    )
+    return settings
+
+
+@pytest.fixture
+async def dashboard_url(dashboard_settings: Settings) -> AsyncIterator[str]:
+    """The dashboard on an ephemeral port of 127.0.0.1, as `groundstream dashboard` serves it."""
+    runner = web.AppRunner(build_app(dashboard_settings, dashboard_settings.load_policy()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()

@@ -4,51 +4,26 @@ streams new records live, publishes the kill switch, and works the review queue.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest
-from aiohttp import web
 
-from pipeline.records import make_record
-from topics.admin import create_topics
 from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope
 from workers.runtime.control import KILL_SWITCH_KEY
-from workers.runtime.settings import Settings
-from workers.web.app import build_app
 
-from .conftest import consume_all, produce
+from .conftest import (
+    DASHBOARD_TOKEN,
+    consume_all,
+    decision_record,
+    produce,
+    send_decisions,
+    until,
+)
 
-TOKEN = "integration-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {DASHBOARD_TOKEN}"}
 RAW_ANSWER = "The refund window is ninety days for every customer"
-
-
-def record(candidate_id: str, stage: str, action: str, **extra: Any) -> dict[str, Any]:
-    return make_record(
-        candidate_id=candidate_id,
-        session_id=f"s-{candidate_id}",
-        turn=1,
-        stage=stage,
-        action=action,
-        write_to_state=action == "accept",
-        reason=f"{stage}: {action}",
-        policy_version="test",
-        decided_at=time.time(),
-        mode="active",
-        route="default",
-        prev_hash="",
-        **extra,
-    )
-
-
-async def send(bootstrap: str, settings: Settings, *records: dict[str, Any]) -> None:
-    items = [(r["session_id"].encode(), dumps(r)) for r in records]
-    await produce(bootstrap, settings.topic(Topic.DECISIONS), items)
 
 
 async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
@@ -57,56 +32,25 @@ async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
         return await resp.json()
 
 
-async def until(check, timeout: float = 30.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(every)
-
-
-@pytest.fixture
-async def settings(kafka_bootstrap: str, topic_prefix: str) -> Settings:
-    settings = Settings(
-        bootstrap_servers=kafka_bootstrap,
-        topic_prefix=topic_prefix,
-        partitions=2,
-        web_token=TOKEN,
-    )
-    await create_topics(kafka_bootstrap, topic_prefix, settings.partitions, settings.replication)
-    return settings
-
-
-@pytest.fixture
-async def server(settings: Settings) -> AsyncIterator[str]:
-    """The app on an ephemeral port of 127.0.0.1, as `groundstream dashboard` serves it."""
-    runner = web.AppRunner(build_app(settings, settings.load_policy()))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
-
-
-async def test_summary_counts_what_is_on_decisions(kafka_bootstrap, settings, server):
-    await send(
+async def test_summary_counts_what_is_on_decisions(
+    kafka_bootstrap, dashboard_settings, dashboard_url
+):
+    await send_decisions(
         kafka_bootstrap,
-        settings,
-        record("c1", "geometry", "scored", score=1.4, method="sgi"),
-        record("c1", "outcome", "accept", topic="state"),
-        record("c2", "geometry", "scored", score=-0.2, method="dgi"),
-        record("c2", "outcome", "fallback", topic="escalations.fallback"),
-        record("c3", "rules", "escalate", gate="kill_switch"),
-        record("c3", "outcome", "escalate", topic="escalations.review", gate="kill_switch"),
+        dashboard_settings,
+        decision_record("c1", "geometry", "scored", score=1.4, method="sgi"),
+        decision_record("c1", "outcome", "accept", topic="state"),
+        decision_record("c2", "geometry", "scored", score=-0.2, method="dgi"),
+        decision_record("c2", "outcome", "fallback", topic="escalations.fallback"),
+        decision_record("c3", "rules", "escalate", gate="kill_switch"),
+        decision_record(
+            "c3", "outcome", "escalate", topic="escalations.review", gate="kill_switch"
+        ),
     )
     async with aiohttp.ClientSession() as http:
 
         async def counted():
-            summary = await get_json(http, f"{server}/api/summary")
+            summary = await get_json(http, f"{dashboard_url}/api/summary")
             return summary if summary["records"] >= 6 else None
 
         summary = await until(counted)
@@ -121,25 +65,31 @@ async def test_summary_counts_what_is_on_decisions(kafka_bootstrap, settings, se
         assert summary["gates"] == {"kill_switch": 1}
         assert set(summary["histograms"]) == {"sgi", "dgi"}
 
-        health = await get_json(http, f"{server}/api/health")
+        health = await get_json(http, f"{dashboard_url}/api/health")
         assert health["feed"]["connected"] is True
         assert health["writes_enabled"] is True
-        recent = await get_json(http, f"{server}/api/decisions?limit=10")
+        recent = await get_json(http, f"{dashboard_url}/api/decisions?limit=10")
         assert recent["count"] == 6
 
 
-async def test_events_stream_records_produced_after_connecting(kafka_bootstrap, settings, server):
-    await send(kafka_bootstrap, settings, record("old", "geometry", "scored"))
+async def test_events_stream_records_produced_after_connecting(
+    kafka_bootstrap, dashboard_settings, dashboard_url
+):
+    await send_decisions(
+        kafka_bootstrap, dashboard_settings, decision_record("old", "geometry", "scored")
+    )
     async with aiohttp.ClientSession() as http:
 
         async def caught_up():
-            return (await get_json(http, f"{server}/api/summary"))["records"] >= 1
+            return (await get_json(http, f"{dashboard_url}/api/summary"))["records"] >= 1
 
         assert await until(caught_up)
-        async with http.get(f"{server}/api/events") as events:
+        async with http.get(f"{dashboard_url}/api/events") as events:
             assert events.status == 200
             assert events.headers["Content-Type"].startswith("text/event-stream")
-            await send(kafka_bootstrap, settings, record("live-1", "switch", "accept"))
+            await send_decisions(
+                kafka_bootstrap, dashboard_settings, decision_record("live-1", "switch", "accept")
+            )
 
             async def read_until_live() -> dict[str, Any]:
                 async for line in events.content:
@@ -154,27 +104,33 @@ async def test_events_stream_records_produced_after_connecting(kafka_bootstrap, 
         assert data["action"] == "accept"
 
 
-async def test_kill_switch_is_published_on_control(kafka_bootstrap, settings, server):
+async def test_kill_switch_is_published_on_control(
+    kafka_bootstrap, dashboard_settings, dashboard_url
+):
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{server}/api/kill-switch", json={"on": True, "by": "ops"}) as resp:
+        async with http.post(
+            f"{dashboard_url}/api/kill-switch", json={"on": True, "by": "ops"}
+        ) as resp:
             assert resp.status == 401
         async with http.post(
-            f"{server}/api/kill-switch", json={"on": True, "by": "ops"}, headers=AUTH
+            f"{dashboard_url}/api/kill-switch", json={"on": True, "by": "ops"}, headers=AUTH
         ) as resp:
             assert resp.status == 200, await resp.text()
 
-        control = await consume_all(kafka_bootstrap, settings.topic(Topic.CONTROL), expect=1)
+        control = await consume_all(
+            kafka_bootstrap, dashboard_settings.topic(Topic.CONTROL), expect=1
+        )
         assert len(control) == 1
         assert control[0].key == KILL_SWITCH_KEY
         message = loads(control[0].value)
         assert message["on"] is True
         assert message["by"] == "ops"
 
-        summary = await get_json(http, f"{server}/api/summary")
+        summary = await get_json(http, f"{dashboard_url}/api/summary")
         assert summary["kill_switch"]["on"] is True
 
 
-async def test_review_queue_lists_and_decides(kafka_bootstrap, settings, server):
+async def test_review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, dashboard_url):
     candidate = Candidate(
         id="rev-1",
         session_id="s-rev",
@@ -189,9 +145,11 @@ async def test_review_queue_lists_and_decides(kafka_bootstrap, settings, server)
         mode="active",
         trail=({"stage": "rules", "action": "escalate", "reason": "rule violation: support"},),
     )
-    await produce(kafka_bootstrap, settings.topic(Topic.REVIEW), [(b"s-rev", env.encode())])
+    await produce(
+        kafka_bootstrap, dashboard_settings.topic(Topic.REVIEW), [(b"s-rev", env.encode())]
+    )
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{server}/api/review") as resp:
+        async with http.get(f"{dashboard_url}/api/review") as resp:
             text = await resp.text()
             assert resp.status == 200, text
         assert RAW_ANSWER not in text and "refund window" not in text
@@ -200,11 +158,13 @@ async def test_review_queue_lists_and_decides(kafka_bootstrap, settings, server)
         assert item["reason"] == "rule violation: support"
 
         async with http.post(
-            f"{server}/api/review/nobody", json={"verdict": "accept", "by": "ann"}, headers=AUTH
+            f"{dashboard_url}/api/review/nobody",
+            json={"verdict": "accept", "by": "ann"},
+            headers=AUTH,
         ) as resp:
             assert resp.status == 404
         async with http.post(
-            f"{server}/api/review/rev-1",
+            f"{dashboard_url}/api/review/rev-1",
             json={"verdict": "reject", "by": "ann", "note": "contradicts the source"},
             headers=AUTH,
         ) as resp:
@@ -214,7 +174,7 @@ async def test_review_queue_lists_and_decides(kafka_bootstrap, settings, server)
         assert body["decision"]["action"] == "reject"
 
         async def trail():
-            got = await get_json(http, f"{server}/api/decisions?candidate_id=rev-1")
+            got = await get_json(http, f"{dashboard_url}/api/decisions?candidate_id=rev-1")
             return got["decisions"] if len(got["decisions"]) >= 2 else None
 
         decisions = await until(trail)
@@ -223,6 +183,6 @@ async def test_review_queue_lists_and_decides(kafka_bootstrap, settings, server)
         assert RAW_ANSWER not in dumps(decisions).decode()
 
         async def gone():
-            return (await get_json(http, f"{server}/api/review"))["count"] == 0
+            return (await get_json(http, f"{dashboard_url}/api/review"))["count"] == 0
 
         assert await until(gone, timeout=10)

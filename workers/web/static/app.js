@@ -1,26 +1,41 @@
 // groundstream dashboard: polls /api/summary and /api/review, follows /api/events (SSE).
 // Every value from the server is written with textContent: nothing is parsed as HTML.
+// Charts are inline SVG built here: the page loads nothing from outside this server.
 "use strict";
 
+// topic, label, colour class: one colour per outcome, the same on cards, charts and chips.
 const OUTCOMES = [
-  ["state", "state", "good"],
-  ["escalations.fallback", "fallback", "info"],
-  ["escalations.regenerate", "regenerate", "info"],
-  ["escalations.reject", "reject", "bad"],
-  ["escalations.review", "review", "warn"],
-  ["deadletter", "deadletter", "muted"],
+  ["state", "state", "state"],
+  ["escalations.fallback", "fallback", "fallback"],
+  ["escalations.regenerate", "regenerate", "regenerate"],
+  ["escalations.reject", "reject", "reject"],
+  ["escalations.review", "review", "review"],
+  ["deadletter", "deadletter", "deadletter"],
 ];
+const REVIEW_TOPIC = "escalations.review";
 const STAGE_ORDER = ["geometry", "switch", "consistency", "judge", "rules", "review"];
 const ACTION_CLASS = {
-  accept: "good", committed: "good", pass: "good",
+  accept: "good", committed: "good", pass: "good", scored: "muted",
   reject: "bad", deadletter: "bad",
-  escalate: "warn", review: "warn", requires_clarification: "warn", unresolved: "warn",
-  fallback: "info", regenerate: "info",
+  escalate: "warn", review: "warn", requires_clarification: "warn",
+  unresolved: "unresolved",
+  fallback: "fallback", regenerate: "regenerate", skip: "muted",
+};
+// Histograms: title, and which threshold is the upper (pass) and lower (review) cut.
+const SCORES = {
+  grounding: { title: "P(grounded)", upper: "grounding_accept", lower: "grounding_review" },
+  sgi: { title: "SGI", upper: "sgi_strong_pass", lower: "sgi_review" },
+  dgi: { title: "DGI", upper: "dgi_pass", lower: null },
 };
 const MAX_ROWS = 200;
+const MINUTES = 60;
+const SVG = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
-const state = { writesEnabled: true, killSwitch: false, filter: "", pendingLogin: null };
+const state = {
+  writesEnabled: true, killSwitch: false, filter: "", pendingLogin: null,
+  reviewWaiting: null, summary: null, summaryTimer: null,
+};
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -34,10 +49,26 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") node.textContent = v;
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+const tip = (text) => svg("title", { text });
+
 function fmtTime(iso) {
   if (!iso) return "";
   const d = new Date(iso);
   return isNaN(d) ? String(iso) : d.toLocaleTimeString([], { hour12: false });
+}
+
+function fmtClock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
 }
 
 function fmtAgo(epochSeconds) {
@@ -48,7 +79,22 @@ function fmtAgo(epochSeconds) {
 }
 
 const fmtScore = (x) => (typeof x === "number" ? x.toFixed(3) : "");
+const fmtCut = (x) => (typeof x === "number" ? x.toFixed(4) : String(x));
+const fmtMs = (x) => (typeof x !== "number" ? "–" : x < 10 ? x.toFixed(1) : Math.round(x).toLocaleString());
 const actionClass = (a) => ACTION_CLASS[a] || "muted";
+const outcomeClass = (topic) => (OUTCOMES.find(([t]) => t === topic) || [0, 0, "muted"])[2];
+
+// The one score a row shows: P(grounded) where the geometry stage computed it (the switch
+// routes on it), else the record's own score. Geometry rows carry SGI beside it.
+function routedScore(d) {
+  const p = d.evidence && d.evidence.grounding_probability;
+  if (typeof p === "number") {
+    return { label: "P(grounded)", value: p, also: typeof d.score === "number" ? `${(d.method || "").toUpperCase()} ${fmtScore(d.score)}` : "" };
+  }
+  if (typeof d.score !== "number") return null;
+  const label = d.method === "grounding" ? "P(grounded)" : (d.method || "score").toUpperCase();
+  return { label, value: d.score, also: "" };
+}
 
 // ---------------------------------------------------------------- credentials --
 
@@ -67,6 +113,7 @@ const creds = {
 function showWho() {
   $("who").textContent = creds.token ? `reviewer: ${creds.by}` : "";
   $("creds").textContent = creds.token ? "Sign out" : "Sign in";
+  $("review-hint").textContent = creds.token ? "" : "sign in with the dashboard token to read the texts and decide";
 }
 
 function askCreds() {
@@ -88,22 +135,32 @@ function closeLogin(ok) {
   state.pendingLogin = null;
   $("login").close();
   if (resolve) resolve(ok);
+  if (ok) refreshReview();
 }
 
 // ------------------------------------------------------------------------ api --
 
-async function getJSON(path) {
-  const res = await fetch(path, { cache: "no-store" });
+async function getJSON(path, headers = {}) {
+  const res = await fetch(path, { cache: "no-store", headers });
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
+  if (res.status === 401) creds.forgetToken();
+  if (!res.ok) throw new Error(refusal(res.status, body.error || res.statusText));
   return body;
+}
+
+function refusal(status, error) {
+  if (status === 401) return `refused: ${error}. Sign in again with the dashboard token.`;
+  if (status === 403) return `refused: ${error}.`;
+  return `${error} (${status})`;
 }
 
 async function post(path, body) {
   if (!state.writesEnabled) {
-    throw new Error("GROUNDSTREAM_WEB_TOKEN is not set on the server: actions are disabled");
+    throw new Error("refused: GROUNDSTREAM_WEB_TOKEN is not set on the server, actions are disabled.");
   }
-  if (!(await askCreds())) return null;
+  if (!(await askCreds())) {
+    throw new Error("not sent: this action needs the dashboard token. Sign in first.");
+  }
   const res = await fetch(path, {
     method: "POST",
     headers: { "Content-Type": "application/json", Authorization: `Bearer ${creds.token}` },
@@ -111,36 +168,174 @@ async function post(path, body) {
   });
   const data = await res.json().catch(() => ({}));
   if (res.status === 401) creds.forgetToken();
-  if (!res.ok) throw new Error(data.error || `${res.status} ${res.statusText}`);
+  if (!res.ok) throw new Error(refusal(res.status, data.error || res.statusText));
   return data;
 }
 
-// -------------------------------------------------------------------- summary --
+// ---------------------------------------------------------------------- cards --
 
-function renderCards(s) {
+function card(cls, label, value, sub, title = "") {
+  return el("div", { class: `card ${cls}`, title },
+    el("div", { class: "label", text: label }),
+    el("div", { class: "value", text: value }),
+    el("div", { class: "sub", text: sub }));
+}
+
+function renderCards() {
+  const s = state.summary;
+  if (!s) return;
   const total = s.candidates_finished || 0;
   const cards = OUTCOMES.map(([topic, label, cls]) => {
     const n = s.outcomes[topic] || 0;
-    const pct = total ? `${((100 * n) / total).toFixed(1)}%` : "–";
-    return el("div", { class: `card ${cls}`, title: topic },
-      el("div", { class: "label", text: label }),
-      el("div", { class: "value", text: n.toLocaleString() }),
-      el("div", { class: "sub", text: pct }));
+    const pct = total ? `${((100 * n) / total).toFixed(1)}% of ${total.toLocaleString()}` : "–";
+    if (topic !== REVIEW_TOPIC) return card(cls, label, n.toLocaleString(), pct, topic);
+    const waiting = state.reviewWaiting === null ? "…" : state.reviewWaiting.toLocaleString();
+    return card(cls, "review waiting", waiting, `${n.toLocaleString()} sent in total`,
+      "waiting for a person now; below it, everything ever sent to review");
   });
-  cards.push(el("div", { class: "card plain" },
-    el("div", { class: "label", text: "decisions" }),
-    el("div", { class: "value", text: s.records.toLocaleString() }),
-    el("div", { class: "sub", text: `${s.rate_per_minute} in the last minute` })));
+  cards.push(card("plain", "decisions", s.records.toLocaleString(),
+    `${s.rate_per_minute} in the last minute`));
   $("cards").replaceChildren(...cards);
 }
 
-function renderStages(stages) {
-  const names = Object.keys(stages).sort((a, b) => {
+// ------------------------------------------------------------------- timeline --
+
+// The last MINUTES minutes, ending now (or at the newest data, when all of it is older).
+function minuteWindow(perMinute) {
+  const byMinute = new Map(perMinute.map((m) => [Math.floor(Date.parse(m.minute) / 60000), m]));
+  const now = Math.floor(Date.now() / 60000);
+  const newest = byMinute.size ? Math.max(...byMinute.keys()) : now;
+  const end = newest < now - MINUTES ? newest : now;
+  const out = [];
+  for (let m = end - MINUTES + 1; m <= end; m++) out.push([m, byMinute.get(m)]);
+  return out;
+}
+
+function niceMax(n) {
+  if (n <= 5) return 5;
+  const p = 10 ** Math.floor(Math.log10(n));
+  return [1, 2, 2.5, 5, 10].map((f) => f * p).find((v) => v >= n);
+}
+
+function renderTimeline(perMinute) {
+  const W = 640, H = 250, L = 40, R = 8, T = 10, B = 22;
+  const slots = minuteWindow(perMinute);
+  const peak = Math.max(0, ...slots.map(([, m]) => (m ? m.outcomes : 0)));
+  const top = niceMax(peak);
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const step = (W - L - R) / slots.length;
+  const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "timeline", preserveAspectRatio: "none" });
+  for (const v of [0, top / 2, top]) {
+    plot.append(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "gridline" }),
+      svg("text", { x: L - 6, y: y(v) + 4, class: "tick", "text-anchor": "end", text: String(v) }));
+  }
+  slots.forEach(([minute, m], i) => {
+    if (!m) return;
+    let base = 0;
+    const parts = [];
+    for (const [topic, label, cls] of OUTCOMES) {
+      const n = (m.by_outcome || {})[topic] || 0;
+      if (!n) continue;
+      parts.push(`${label} ${n}`);
+      plot.append(svg("rect", {
+        x: L + i * step + 1, width: Math.max(1, step - 2),
+        y: y(base + n), height: y(base) - y(base + n), class: `fill ${cls}`,
+      }, tip(`${fmtClock(minute * 60000)}: ${label} ${n}`)));
+      base += n;
+    }
+    plot.append(svg("rect", { x: L + i * step, width: step, y: T, height: H - T - B,
+      class: "hover" }, tip(`${fmtClock(minute * 60000)} · ${m.decisions} records · ${parts.join(", ") || "no outcomes"}`)));
+  });
+  const first = slots[0][0], last = slots[slots.length - 1][0];
+  for (const [i, minute] of [[0, first], [Math.floor(slots.length / 2), first + Math.floor(slots.length / 2)], [slots.length - 1, last]]) {
+    plot.append(svg("text", { x: L + (i + 0.5) * step, y: H - 6, class: "tick",
+      "text-anchor": i === 0 ? "start" : i === slots.length - 1 ? "end" : "middle",
+      text: fmtClock(minute * 60000) }));
+  }
+  $("timeline").replaceChildren(plot);
+  const finished = slots.reduce((t, [, m]) => t + (m ? m.outcomes : 0), 0);
+  $("timeline-note").textContent = `${finished.toLocaleString()} finished in the last ${MINUTES} min`;
+  $("timeline-legend").replaceChildren(...OUTCOMES.map(([, label, cls]) =>
+    el("span", {}, el("i", { class: `dot ${cls}` }), label)));
+}
+
+// ----------------------------------------------------------------- histograms --
+
+function zone(x, width, marks, spec) {
+  const upper = spec && marks[spec.upper];
+  const lower = spec && spec.lower ? marks[spec.lower] : undefined;
+  if (upper === undefined) return "info";
+  if (x >= upper) return "good";
+  if (lower === undefined || x + width <= lower) return "bad";
+  return "warn";
+}
+
+// `routed`: the switch routes on this score, so its bars take the colours of its zones.
+function histogram(method, h, routed) {
+  const spec = SCORES[method];
+  const W = 420, H = 130, T = 28, B = 18, L = 4, R = 4;
+  const marks = h.thresholds || {};
+  const width = (h.hi - h.lo) / h.bins.length;
+  const max = Math.max(1, ...h.bins);
+  const x = (v) => L + ((W - L - R) * (v - h.lo)) / (h.hi - h.lo);
+  const y = (n) => T + (H - T - B) * (1 - n / max);
+  const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "histogram" });
+  h.bins.forEach((n, i) => {
+    const lo = h.lo + width * i;
+    plot.append(svg("rect", { x: x(lo) + 0.5, width: Math.max(0.5, x(lo + width) - x(lo) - 1),
+      y: y(n), height: y(0) - y(n), class: `fill ${routed ? zone(lo, width, marks, spec) : "plain"}` },
+    tip(`[${lo.toFixed(2)}, ${(lo + width).toFixed(2)}): ${n}`)));
+  });
+  plot.append(svg("line", { x1: L, x2: W - R, y1: y(0), y2: y(0), class: "axisline" }));
+  const off = [];
+  // Cuts in order along the axis, labels on alternate lines so that close cuts stay legible;
+  // a label in the right half reads leftwards from its line.
+  const cuts = Object.entries(marks).sort((a, b) => a[1] - b[1]);
+  cuts.forEach(([name, t], i) => {
+    const short = name.slice(method.length + 1);
+    if (t < h.lo || t > h.hi) { off.push(`${short} ${fmtCut(t)}`); return; }
+    const right = x(t) > W / 2;
+    const ly = 10 + 12 * (i % 2);
+    plot.append(svg("line", { x1: x(t), x2: x(t), y1: ly + 2, y2: y(0), class: "cut" },
+      tip(`${name} = ${fmtCut(t)}`)),
+    svg("text", { x: x(t) + (right ? -3 : 3), y: ly, "text-anchor": right ? "end" : "start",
+      class: "tick cut-label", text: `${short} ${fmtCut(t)}` }));
+  });
+  plot.append(svg("text", { x: L, y: H - 4, class: "tick", text: `${h.lo}` }),
+    svg("text", { x: W - R, y: H - 4, class: "tick", "text-anchor": "end", text: `${h.hi}` }));
+  const outside = [h.under ? `${h.under} below ${h.lo}` : "", h.over ? `${h.over} above ${h.hi}` : ""]
+    .filter(Boolean).join(" · ");
+  return el("div", { class: "hist-block", "data-method": method },
+    el("div", { class: "hist-title" },
+      el("strong", { text: spec ? spec.title : method }),
+      el("span", { class: routed ? "tag routed" : "tag", text: routed ? "routed on" : "geometry only" }),
+      el("span", { class: "muted", text: ` ${h.count.toLocaleString()} scored` })),
+    plot,
+    el("div", { class: "small muted", text: [outside, off.length ? `off axis: ${off.join(" · ")}` : ""].filter(Boolean).join(" · ") }));
+}
+
+function renderHists(hists) {
+  const order = (m) => (m === "grounding" ? 0 : m in SCORES ? 1 : 2);
+  const methods = Object.keys(hists).sort((a, b) => order(a) - order(b) || a.localeCompare(b));
+  // With a grounding model the switch routes on P(grounded); without one, on SGI or DGI.
+  const routedOn = (m) => (m === "grounding" || !("grounding" in hists)) && m in SCORES;
+  const blocks = methods.map((m) => histogram(m, hists[m], routedOn(m)));
+  $("hists").replaceChildren(...(blocks.length ? blocks
+    : [el("p", { class: "muted", text: "no geometry scores yet" })]));
+}
+
+// -------------------------------------------------------------- stages, latency --
+
+function stageSort(names) {
+  return names.sort((a, b) => {
     const ia = STAGE_ORDER.indexOf(a), ib = STAGE_ORDER.indexOf(b);
     return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || a.localeCompare(b);
   });
+}
+
+function renderStages(stages) {
   const seen = new Set();
-  const rows = names.map((stage) => {
+  const rows = stageSort(Object.keys(stages)).map((stage) => {
     const actions = Object.entries(stages[stage])
       .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
     const total = actions.reduce((t, [, n]) => t + n, 0);
@@ -162,6 +357,25 @@ function renderStages(stages) {
     el("span", {}, el("i", { class: `dot ${actionClass(a)}` }), a)));
 }
 
+function renderLatency(latency, ladder) {
+  const rows = stageSort(Object.keys(latency)).map((s) => [s, latency[s]]);
+  if (ladder && ladder.count) rows.push(["whole ladder", ladder]);
+  const max = Math.max(1, ...rows.map(([, l]) => l.p95 || 0));
+  $("latency").replaceChildren(...(rows.length ? rows.map(([stage, l]) => {
+    const bar = el("div", { class: "lbar" });
+    const p50 = el("span", { class: "p50" }), p95 = el("span", { class: "p95" });
+    p50.style.width = `${(100 * (l.p50 || 0)) / max}%`;
+    p95.style.width = `${(100 * ((l.p95 || 0) - (l.p50 || 0))) / max}%`;
+    bar.append(p50, p95);
+    return el("tr", { class: stage === "whole ladder" ? "total" : "" },
+      el("th", { text: stage }),
+      el("td", { class: "num", text: fmtMs(l.p50) }),
+      el("td", { class: "num", text: fmtMs(l.p95) }),
+      el("td", { class: "wide", title: `p50 ${fmtMs(l.p50)} ms, p95 ${fmtMs(l.p95)} ms` }, bar),
+      el("td", { class: "num small muted", text: l.count.toLocaleString() }));
+  }) : [emptyRow(5, "no timings yet")]));
+}
+
 function kvRows(entries, empty, cls = () => "") {
   if (!entries.length) return [emptyRow(2, empty)];
   return entries.map(([k, v]) => el("tr", {},
@@ -180,36 +394,6 @@ function renderSide(s) {
   $("routes").replaceChildren(...kvRows(routes, "none yet"));
 }
 
-function renderHists(hists) {
-  const blocks = Object.entries(hists).map(([method, h]) => {
-    const max = Math.max(1, ...h.bins);
-    const plot = el("div", { class: "hist" });
-    h.bins.forEach((n, i) => {
-      const lo = h.lo + ((h.hi - h.lo) * i) / h.bins.length;
-      const b = el("span", { class: "hbar", title: `≥ ${lo.toFixed(2)}: ${n}` });
-      b.style.height = `${(100 * n) / max}%`;
-      plot.append(b);
-    });
-    for (const [name, t] of Object.entries(h.thresholds || {})) {
-      if (t < h.lo || t > h.hi) continue;
-      const m = el("span", { class: "mark", title: `${name} = ${t}` });
-      m.style.left = `${(100 * (t - h.lo)) / (h.hi - h.lo)}%`;
-      plot.append(m);
-    }
-    const marks = Object.entries(h.thresholds || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
-    return el("div", { class: "hist-block" },
-      el("div", { class: "hist-title" }, el("strong", { text: method.toUpperCase() }),
-        el("span", { class: "muted", text: ` ${h.count} scored` })),
-      plot,
-      el("div", { class: "axis small muted" },
-        el("span", { text: `${h.lo}${h.under ? ` (${h.under} below)` : ""}` }),
-        el("span", { text: `${h.over ? `(${h.over} above) ` : ""}${h.hi}` })),
-      marks ? el("div", { class: "small muted", text: `thresholds: ${marks}` }) : "");
-  });
-  $("hists").replaceChildren(...(blocks.length ? blocks
-    : [el("p", { class: "muted", text: "no geometry scores yet" })]));
-}
-
 function renderKill(k) {
   state.killSwitch = k.on;
   $("banner").hidden = !k.on;
@@ -225,15 +409,24 @@ function renderKill(k) {
 async function refreshSummary() {
   try {
     const s = await getJSON("/api/summary");
-    renderCards(s);
-    renderStages(s.stages);
-    renderSide(s);
+    state.summary = s;
+    renderCards();
+    renderTimeline(s.per_minute);
     renderHists(s.histograms);
+    renderStages(s.stages);
+    renderLatency(s.latency || {}, s.ladder_latency);
+    renderSide(s);
     renderKill(s.kill_switch);
-    $("last").textContent = s.last_decided_at ? `last decision ${fmtTime(s.last_decided_at)}` : "";
+    $("last").textContent = s.last_decided_at ? `last decision ${fmtTime(s.last_decided_at)}` : "no decisions yet";
   } catch (err) {
     $("last").textContent = `summary unavailable: ${err.message}`;
   }
+}
+
+// A burst of live events asks for one summary, not one per event.
+function summarySoon() {
+  if (state.summaryTimer) return;
+  state.summaryTimer = setTimeout(() => { state.summaryTimer = null; refreshSummary(); }, 300);
 }
 
 async function refreshHealth() {
@@ -272,10 +465,22 @@ async function decide(item, verdict, noteInput, buttons) {
   refreshReview();
 }
 
+function textsRow(texts) {
+  const block = (label, ...paras) => el("div", { class: "text-block" },
+    el("div", { class: "text-label", text: label }),
+    ...paras.map((p) => el("p", { class: "raw", text: p })));
+  const context = texts.context && texts.context.length ? texts.context : ["(no context: scored by DGI)"];
+  return el("tr", { class: "texts" }, el("td", { colspan: "8" },
+    el("div", { class: "text-grid" },
+      block("question", texts.question), block("context", ...context), block("answer", texts.response))));
+}
+
 function renderReview(items) {
+  state.reviewWaiting = items.length;
+  renderCards();
   $("review-count").textContent = String(items.length);
-  const rows = items.map((item) => {
-    const note = el("input", { type: "text", placeholder: "optional", maxlength: "2000" });
+  const rows = items.flatMap((item) => {
+    const note = el("input", { type: "text", placeholder: "optional note", maxlength: "2000" });
     const buttons = [];
     const accept = el("button", { type: "button", class: "accept", text: "Accept",
       onclick: () => decide(item, "accept", note, buttons) });
@@ -283,7 +488,7 @@ function renderReview(items) {
       onclick: () => decide(item, "reject", note, buttons) });
     buttons.push(accept, reject);
     if (!state.writesEnabled) buttons.forEach((b) => { b.disabled = true; });
-    return el("tr", {},
+    const row = el("tr", { class: "item", "data-candidate": item.candidate_id },
       el("td", { class: "mono" }, el("a", { href: "#", text: item.candidate_id,
         onclick: (e) => { e.preventDefault(); setFilter(item.candidate_id); } })),
       el("td", { class: "mono", text: item.session_id }),
@@ -293,13 +498,15 @@ function renderReview(items) {
       el("td", { class: "small", text: fmtAgo(item.queued_at) }),
       el("td", {}, note),
       el("td", {}, el("div", { class: "actions" }, accept, reject)));
+    return item.texts ? [row, textsRow(item.texts)] : [row];
   });
   $("review").replaceChildren(...(rows.length ? rows : [emptyRow(8, "nothing waits for review")]));
 }
 
 async function refreshReview() {
+  const auth = creds.token ? { Authorization: `Bearer ${creds.token}` } : {};
   try {
-    const r = await getJSON("/api/review");
+    const r = await getJSON("/api/review", auth);
     renderReview(r.pending);
   } catch (err) {
     reviewMsg(`review queue: ${err.message}`, "bad-text");
@@ -312,22 +519,51 @@ function emptyRow(span, text) {
   return el("tr", { class: "empty" }, el("td", { colspan: String(span), text }));
 }
 
+function stageLabel(d) {
+  return d.stage === "outcome" ? `→ ${d.topic || "?"}` : d.stage;
+}
+
 function decisionRow(d) {
-  return el("tr", {},
+  const score = routedScore(d);
+  const scoreCell = score
+    ? el("td", { class: "num score", title: score.also ? `${score.label}; ${score.also}` : score.label },
+      el("span", { class: "score-label", text: score.label }), ` ${fmtScore(score.value)}`)
+    : el("td", {});
+  return el("tr", { "data-candidate": d.candidate_id },
     el("td", { class: "small", text: fmtTime(d.decided_at), title: d.decided_at || "" }),
     el("td", { class: "mono", text: d.candidate_id }),
     el("td", { class: "mono", text: d.session_id }),
-    el("td", { text: d.stage === "outcome" ? `→ ${d.topic || "?"}` : d.stage }),
+    el("td", { class: d.stage === "outcome" ? `outcome-text ${outcomeClass(d.topic)}` : "", text: stageLabel(d) }),
     el("td", {}, el("span", { class: `chip ${actionClass(d.action)}`, text: d.action })),
+    scoreCell,
     el("td", { class: "reason", text: d.reason || "", title: d.reason || "" }),
-    el("td", { class: "num", text: fmtScore(d.score) }),
-    el("td", { text: d.method || "" }),
     el("td", { text: d.mode || "" }),
     el("td", { class: d.gate ? "warn-text" : "", text: d.gate || "" }));
 }
 
+// A candidate's path through the ladder, oldest first: geometry → switch → … → topic.
+function renderTrail(records) {
+  const box = $("trail");
+  box.hidden = !state.filter;
+  if (!state.filter) return;
+  if (!records.length) {
+    box.replaceChildren(el("span", { class: "muted", text: `no records for ${state.filter} (yet)` }));
+    return;
+  }
+  const steps = [...records].reverse().flatMap((d, i) => [
+    ...(i ? [el("span", { class: "arrow", text: "→" })] : []),
+    el("span", { class: "step" }, el("strong", { text: stageLabel(d) }), " ",
+      el("span", { class: `chip ${d.stage === "outcome" ? outcomeClass(d.topic) : actionClass(d.action)}`, text: d.action })),
+  ]);
+  box.replaceChildren(el("span", { class: "muted", text: "trail " }),
+    el("span", { class: "mono", text: state.filter }), el("span", { text: ": " }), ...steps);
+}
+
 function addDecision(d) {
+  summarySoon();
+  if (d.stage === "outcome" && d.topic === REVIEW_TOPIC) setTimeout(refreshReview, 2500);
   if (state.filter && d.candidate_id !== state.filter) return;
+  if (state.filter) { loadDecisions(); return; }
   const body = $("decisions");
   if (body.firstElementChild && body.firstElementChild.classList.contains("empty")) {
     body.replaceChildren();
@@ -341,9 +577,11 @@ async function loadDecisions() {
   try {
     const r = await getJSON(`/api/decisions?limit=${MAX_ROWS}${q}`);
     const rows = r.decisions.map(decisionRow);
-    $("decisions").replaceChildren(...(rows.length ? rows : [emptyRow(10, "no decisions")]));
+    $("decisions").replaceChildren(...(rows.length ? rows
+      : [emptyRow(9, state.filter ? "no such candidate" : "no decisions yet")]));
+    renderTrail(r.decisions);
   } catch (err) {
-    $("decisions").replaceChildren(emptyRow(10, `decisions unavailable: ${err.message}`));
+    $("decisions").replaceChildren(emptyRow(9, `decisions unavailable: ${err.message}`));
   }
 }
 
@@ -381,7 +619,7 @@ function wire() {
     closeLogin(true);
   });
   $("creds").addEventListener("click", () => {
-    if (creds.token) creds.clear(); else askCreds();
+    if (creds.token) { creds.clear(); refreshReview(); } else askCreds();
   });
   $("kill").addEventListener("click", async () => {
     const on = !state.killSwitch;
@@ -409,6 +647,6 @@ refreshHealth().then(() => refreshReview());
 refreshSummary();
 loadDecisions();
 follow();
-setInterval(refreshSummary, 2000);
+setInterval(refreshSummary, 5000);
 setInterval(refreshHealth, 10000);
 setInterval(refreshReview, 10000);

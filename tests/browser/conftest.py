@@ -1,0 +1,77 @@
+"""Fixtures for the dashboard in a real browser: headless Chromium (Debian's `chromium`,
+installed by `make venv` when missing) driven by Playwright, against the dashboard served
+on the real broker by the fixtures of tests/integration (imported here, not copied).
+
+Playwright never downloads a browser here: it launches /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.async_api import ConsoleMessage, Page, Request, async_playwright, expect
+
+from tests.integration import conftest as shared
+
+# The broker and dashboard fixtures of tests/integration, registered here under their names.
+kafka_bootstrap = shared.kafka_bootstrap
+topic_prefix = shared.topic_prefix
+dashboard_settings = shared.dashboard_settings
+dashboard_url = shared.dashboard_url
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "browser"
+VIEWPORT = {"width": 1440, "height": 1700}
+UI_TIMEOUT_MS = 30_000  # the feed reads the broker, the page polls: seconds, not minutes
+
+expect.set_options(timeout=UI_TIMEOUT_MS)
+
+
+@dataclass
+class Visit:
+    """One visitor's tab on the dashboard, with what went wrong in it."""
+
+    page: Page
+    url: str
+    errors: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+
+    def console(self, message: ConsoleMessage) -> None:
+        # A refused request logs "Failed to load resource": that status is what the page
+        # reports itself; script errors are what counts here.
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            self.errors.append(message.text)
+
+    def request(self, request: Request) -> None:
+        if not request.url.startswith(self.url):
+            self.outside.append(request.url)
+
+    def assert_clean(self) -> None:
+        """No script error in the page, and nothing fetched from another origin."""
+        assert self.errors == [], self.errors
+        assert self.outside == [], self.outside
+
+
+@pytest.fixture
+async def visit(dashboard_url: str) -> AsyncIterator[Visit]:
+    """A fresh tab (empty sessionStorage) that has opened the dashboard."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make venv` installs Debian's chromium", False)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            context = await browser.new_context(viewport=VIEWPORT)
+            page = await context.new_page()
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            tab = Visit(page, dashboard_url)
+            page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+            page.on("console", tab.console)
+            page.on("request", tab.request)
+            await page.goto(dashboard_url)
+            await expect(page.locator("#conn")).to_have_text("live")
+            yield tab
+        finally:
+            await browser.close()

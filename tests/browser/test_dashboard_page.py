@@ -1,0 +1,293 @@
+"""The dashboard as a person uses it: headless Chromium on the page, the real broker behind.
+
+A fresh visitor sees an empty but whole page; records produced on `decisions` move the
+cards and charts without a reload; a candidate's trail is found by its id; a reviewer
+signs in on the page, reads the texts and accepts an item, which reaches `state`; and an
+action without the token is refused on the page with a message that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import expect
+
+from tests.integration.conftest import (
+    DASHBOARD_TOKEN,
+    consume_all,
+    decision_record,
+    produce,
+    send_decisions,
+)
+from tests.integration.harness import Workers, worker_env
+from topics.names import Topic
+from topics.schema import Candidate, Envelope, parse_envelope
+from workers.runtime.settings import Settings
+
+from .conftest import SCREENSHOTS, Visit
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "How long is the refund window?"
+CONTEXT = "Refunds are accepted within thirty days of delivery."
+RAW_ANSWER = "The refund window is ninety days for every customer"
+
+
+def ladder(candidate_id: str, at: float, rng: random.Random, thresholds: dict[str, float]):
+    """The records one candidate leaves on `decisions` on its way up the ladder."""
+    sgi = max(0.0, rng.gauss(1.6, 0.7))
+    p = min(0.99, max(0.01, rng.betavariate(4, 1.6)))
+    timings = {"geometry": rng.uniform(18, 60)}
+    records = [
+        decision_record(
+            candidate_id,
+            "geometry",
+            "scored",
+            decided_at=at,
+            score=sgi,
+            method="sgi",
+            reason=f"SGI {sgi:.3f}; P(grounded) {p:.3f}",
+            evidence={"grounding_probability": p},
+            thresholds=thresholds,
+            timings=dict(timings),
+        )
+    ]
+
+    def step(stage: str, action: str, ms: float, **extra: Any) -> None:
+        timings[stage] = ms
+        records.append(
+            decision_record(
+                candidate_id, stage, action, decided_at=at, timings=dict(timings), **extra
+            )
+        )
+
+    if p >= thresholds["grounding_accept"]:
+        step("switch", "accept", rng.uniform(0.3, 2), score=p, method="grounding")
+        step("rules", "accept", rng.uniform(1, 4))
+        topic, action = "state", "accept"
+    elif p >= thresholds["grounding_review"]:
+        step("switch", "escalate", rng.uniform(0.3, 2), score=p, method="grounding")
+        verdict = rng.choice(["accept", "reject", "unresolved", "accept"])
+        step("judge", verdict, rng.uniform(250, 900))
+        topic, action = {
+            "accept": ("state", "accept"),
+            "reject": ("escalations.reject", "reject"),
+            "unresolved": ("escalations.review", "escalate"),
+        }[verdict]
+    else:
+        step("switch", "reject", rng.uniform(0.3, 2), score=p, method="grounding")
+        topic, action = rng.choice(
+            [("escalations.fallback", "fallback")] * 4 + [("escalations.regenerate", "regenerate")]
+        )
+    step("outcome", action, 0.0, topic=topic)
+    del records[-1]["timings"]["outcome"]  # an outcome carries the stages' timings only
+    return records
+
+
+def history(n: int, thresholds: dict[str, float], minutes: int = 45) -> list[dict[str, Any]]:
+    """`n` candidates spread over the last `minutes`, as a running ladder leaves them."""
+    rng = random.Random(13)
+    now = time.time()
+    out = []
+    for i in range(n):
+        at = now - minutes * 60 * (1 - i / n) ** 1.3
+        out += ladder(f"c-{i:03d}", at, rng, thresholds)
+    return out
+
+
+def count(records: list[dict[str, Any]], topic: str) -> int:
+    return sum(1 for r in records if r["stage"] == "outcome" and r.get("topic") == topic)
+
+
+async def queue_for_review(bootstrap: str, settings: Settings, candidate_id: str) -> None:
+    candidate = Candidate(
+        id=candidate_id,
+        session_id=f"s-{candidate_id}",
+        question=QUESTION,
+        response=RAW_ANSWER,
+        turn=1,
+        context=CONTEXT,
+    )
+    env = Envelope(
+        candidate=candidate,
+        route="default",
+        mode="active",
+        trail=({"stage": "judge", "action": "unresolved", "reason": "judge: not sure"},),
+    )
+    key = candidate.session_id.encode()
+    await produce(bootstrap, settings.topic(Topic.REVIEW), [(key, env.encode())])
+
+
+async def sign_in(visit: Visit, token: str, by: str = "ann") -> None:
+    await visit.page.fill("#login-by", by)
+    await visit.page.fill("#login-token", token)
+    await visit.page.click("#login-ok")
+
+
+async def test_fresh_visitor_sees_an_empty_whole_page(visit: Visit):
+    page = visit.page
+    await expect(page.locator("#cards .card")).to_have_count(7)
+    await expect(page.locator("#cards .card.state .value")).to_have_text("0")
+    await expect(page.locator("#cards .card.review .value")).to_have_text("0")
+    await expect(page.locator("#cards .card.review .sub")).to_have_text("0 sent in total")
+    await expect(page.locator("#timeline svg")).to_have_count(1)
+    await expect(page.locator("#hists")).to_have_text("no geometry scores yet")
+    await expect(page.locator("#latency")).to_have_text("no timings yet")
+    await expect(page.locator("#review")).to_have_text("nothing waits for review")
+    await expect(page.locator("#decisions")).to_have_text("no decisions yet")
+    await expect(page.locator("#creds")).to_have_text("Sign in")
+    visit.assert_clean()
+
+
+async def test_produced_records_move_counts_and_charts_live(
+    visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings
+):
+    page = visit.page
+    await page.evaluate("window.stillThisPage = true")
+    thresholds = dashboard_settings.load_policy().thresholds_dict()
+    records = history(150, thresholds)
+    await queue_for_review(kafka_bootstrap, dashboard_settings, "rev-screenshot")
+    await send_decisions(kafka_bootstrap, dashboard_settings, *records)
+
+    cards = page.locator("#cards")
+    await expect(cards.locator(".card.state .value")).to_have_text(str(count(records, "state")))
+    await expect(cards.locator(".card.reject .value")).to_have_text(
+        str(count(records, "escalations.reject"))
+    )
+    await expect(cards.locator(".card.plain .value")).to_have_text(f"{len(records):,}")
+    review_sent = count(records, "escalations.review")
+    await expect(cards.locator(".card.review .sub")).to_have_text(f"{review_sent} sent in total")
+    await expect(cards.locator(".card.review .value")).to_have_text("1")  # what waits now
+    # Outcomes per minute: a stacked bar segment per outcome and minute.
+    await expect(page.locator("#timeline rect.fill.state").first).to_be_attached()
+    await expect(page.locator("#timeline rect.fill.fallback").first).to_be_attached()
+    # P(grounded), the score the switch routes on, first, its cuts at four decimals.
+    first = page.locator("#hists .hist-block").first
+    await expect(first).to_have_attribute("data-method", "grounding")
+    accept = f"accept {thresholds['grounding_accept']:.4f}"
+    await expect(first.locator("text.cut-label", has_text=accept)).to_have_count(1)
+    strong = f"strong_pass {thresholds['sgi_strong_pass']:.4f}"  # on the SGI axis now
+    await expect(
+        page.locator("#hists [data-method=sgi] text.cut-label", has_text=strong)
+    ).to_have_count(1)
+    # Latency per stage, and the whole ladder.
+    for stage in ("geometry", "switch", "judge", "whole ladder"):
+        await expect(page.locator("#latency th", has_text=stage)).to_have_count(1)
+    # One score per row: geometry rows show P(grounded), not SGI beside it.
+    newest = records[-1]["candidate_id"]
+    geometry_row = page.locator(f'#decisions tr[data-candidate="{newest}"]').last
+    await expect(geometry_row.locator("td.score .score-label")).to_have_text("P(grounded)")
+    assert await page.evaluate("window.stillThisPage") is True  # no reload happened
+
+    # The screenshot for docs/: a signed-in reviewer's view, texts and all.
+    await page.click("#creds")
+    await sign_in(visit, DASHBOARD_TOKEN)
+    await expect(page.locator("#review tr.texts")).to_contain_text(RAW_ANSWER)
+    await page.evaluate("window.scrollTo(0, 0)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SCREENSHOTS / "dashboard.png"))
+    visit.assert_clean()
+
+
+async def test_a_candidates_trail_is_found_by_id(
+    visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings
+):
+    thresholds = dashboard_settings.load_policy().thresholds_dict()
+    rng = random.Random(7)
+    now = time.time()
+    wanted = ladder("trail-me", now, rng, thresholds)
+    await send_decisions(
+        kafka_bootstrap, dashboard_settings, *ladder("other", now, rng, thresholds), *wanted
+    )
+    page = visit.page
+    await expect(page.locator('#decisions tr[data-candidate="other"]').first).to_be_attached()
+    await page.fill("#filter", "trail-me")
+
+    rows = page.locator("#decisions tr")
+    await expect(rows).to_have_count(len(wanted))
+    await expect(page.locator('#decisions tr[data-candidate="other"]')).to_have_count(0)
+    trail = page.locator("#trail")
+    await expect(trail).to_be_visible()
+    for r in wanted:
+        label = f"→ {r['topic']}" if r["stage"] == "outcome" else r["stage"]
+        await expect(trail.locator(".step strong", has_text=label)).to_have_count(1)
+    steps = await trail.locator(".step strong").all_text_contents()
+    assert steps[0] == "geometry" and steps[-1].startswith("→ ")  # oldest first
+
+    await page.fill("#filter", "no-such-candidate")
+    await expect(page.locator("#decisions")).to_have_text("no such candidate")
+    visit.assert_clean()
+
+
+async def test_reviewer_accepts_in_the_page_and_it_reaches_state(
+    visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings, tmp_path: Path
+):
+    # An accepted item passes the rules stage on its way to `state`: run the real worker.
+    env = worker_env(kafka_bootstrap, dashboard_settings.topic_prefix, tmp_path / "data")
+    rules = Workers(env, "rules", tmp_path / "rules.log")
+    await asyncio.to_thread(rules.start)
+    try:
+        await accept_in_the_page(visit, kafka_bootstrap, dashboard_settings)
+    finally:
+        await asyncio.to_thread(rules.stop)
+
+
+async def accept_in_the_page(visit: Visit, kafka_bootstrap: str, settings: Settings) -> None:
+    await queue_for_review(kafka_bootstrap, settings, "rev-1")
+    page = visit.page
+    row = page.locator('#review tr.item[data-candidate="rev-1"]')
+    await page.click("#creds")  # the queue shows; its texts wait for the token
+    await expect(row).to_be_visible()
+    assert RAW_ANSWER not in await page.content()
+    await sign_in(visit, DASHBOARD_TOKEN)
+    await expect(page.locator("#who")).to_have_text("reviewer: ann")
+    texts = page.locator("#review tr.texts")
+    await expect(texts).to_contain_text(QUESTION)
+    await expect(texts).to_contain_text(CONTEXT)
+    await expect(texts).to_contain_text(RAW_ANSWER)
+
+    await row.locator("input").fill("matches the policy page")
+    await row.locator("button.accept").click()
+    await expect(page.locator("#review-msg")).to_have_text("rev-1: accepted by ann")
+
+    on_state = await consume_all(kafka_bootstrap, settings.topic(Topic.STATE), expect=1, timeout=60)
+    assert [parse_envelope(r.value).candidate.id for r in on_state] == ["rev-1"]
+    await expect(page.locator("#review")).to_have_text("nothing waits for review")
+    visit.assert_clean()
+
+
+async def test_an_action_without_the_token_is_refused_with_a_clear_message(
+    visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings
+):
+    await queue_for_review(kafka_bootstrap, dashboard_settings, "rev-2")
+    page = visit.page
+    row = page.locator('#review tr.item[data-candidate="rev-2"]')
+    await page.reload()  # the queue is read on load; the item was queued after it
+    await expect(row).to_be_visible()
+    message = page.locator("#review-msg")
+
+    await row.locator("button.accept").click()  # no token yet: the page asks for it
+    await expect(page.locator("#login")).to_be_visible()
+    await page.click("#login-cancel")
+    await expect(message).to_have_text(
+        "rev-2: not sent: this action needs the dashboard token. Sign in first."
+    )
+
+    await row.locator("button.reject").click()  # a wrong token: the server refuses
+    await sign_in(visit, "not-the-token")
+    await expect(message).to_contain_text("refused: missing or wrong bearer token")
+    await expect(message).to_contain_text("Sign in again with the dashboard token")
+    await expect(page.locator("#creds")).to_have_text("Sign in")  # the wrong token is dropped
+
+    await expect(row).to_be_visible()  # still waiting: nothing was decided
+    assert RAW_ANSWER not in await page.content()
+    on_state = await consume_all(
+        kafka_bootstrap, dashboard_settings.topic(Topic.STATE), expect=1, timeout=2
+    )
+    assert on_state == []
+    visit.assert_clean()
