@@ -3,6 +3,13 @@
 Every worker runs a `ControlListener`: a group-less consumer that reads the whole control
 topic from the beginning and then follows it, so each process (not one per consumer
 group) sees every control message within `poll` seconds.
+
+Failure posture: the kill switch fails closed. A worker holds it ON from the moment its
+listener is built until the listener has read the control topic to its end (so a
+restarted worker cannot auto-accept before it has seen an operator's switch), and turns
+it ON again whenever the topic cannot be read (broker away, topic missing). A malformed
+control message is skipped with a warning and the listener goes on from the next one; a
+message that turns the switch ON is honoured even when its `by` or `at` are unreadable.
 """
 
 from __future__ import annotations
@@ -10,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -19,59 +29,181 @@ from workers.stages.kit import ControlState
 
 log = logging.getLogger("groundstream.control")
 KILL_SWITCH_KEY = b"kill_switch"
+NOT_READ_YET = "groundstream: control topic not read to its end yet"
+UNREADABLE = "groundstream: control topic unreadable"
 
 
-def apply_control(state: ControlState, key: bytes | None, value: bytes | None) -> None:
-    """Fold one control message into `state`; unknown or malformed messages are ignored."""
+def read_control(key: bytes | None, value: bytes | None) -> ControlState | None:
+    """The kill-switch state one control message sets, or None when it sets nothing.
+
+    Messages under other keys and tombstones set nothing; a malformed kill-switch message
+    is skipped (None) with a warning, except that an unmistakable ``"on": true`` is
+    honoured with whatever metadata can be read, since skipping it would fail open.
+    """
     if key != KILL_SWITCH_KEY or value is None:
-        return
+        return None
     try:
         data = loads(value)
     except ValueError:
-        log.warning("ignoring a malformed control message")
-        return
-    if isinstance(data, dict) and isinstance(data.get("on"), bool):
-        state.kill_switch = data["on"]
-        state.kill_switch_by = str(data.get("by", ""))
-        state.kill_switch_at = float(data.get("at", 0.0) or 0.0)
-        log.warning(
-            "kill switch %s by %s", "ON" if state.kill_switch else "off", state.kill_switch_by
-        )
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("on"), bool):
+        log.warning("skipping a malformed control message (no boolean 'on')")
+        return None
+    by, at = data.get("by", ""), data.get("at", 0.0)
+    valid_at = isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at)
+    if not isinstance(by, str) or not valid_at:
+        if not data["on"]:
+            log.warning("skipping a malformed kill-switch-off message (bad 'by' or 'at')")
+            return None
+        log.warning("kill-switch-on message with a bad 'by' or 'at': honoured anyway")
+    return ControlState(
+        kill_switch=data["on"],
+        kill_switch_by=by if isinstance(by, str) else "",
+        kill_switch_at=float(at) if valid_at else 0.0,
+    )
+
+
+def apply_control(state: ControlState, key: bytes | None, value: bytes | None) -> None:
+    """Fold one control message into `state` as the topic says it (the dashboard's view,
+    which shows the topic rather than gating on it); never raises."""
+    read = read_control(key, value)
+    if read is not None:
+        state.kill_switch = read.kill_switch
+        state.kill_switch_by, state.kill_switch_at = read.kill_switch_by, read.kill_switch_at
+
+
+class ControlGate:
+    """What the worker's stages see: the topic's last switch once it is known and
+    readable, the switch held ON (with the reason in `kill_switch_by`) otherwise."""
+
+    def __init__(self, state: ControlState) -> None:
+        self.state = state
+        self.topic = ControlState()
+        self.readable = False
+        self.reason = NOT_READ_YET
+        self._publish()
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Fold one control message into the topic's view; never raises."""
+        read = read_control(key, value)
+        if read is None:
+            return
+        if read.kill_switch != self.topic.kill_switch:
+            log.warning(
+                "kill switch %s by %s", "ON" if read.kill_switch else "off", read.kill_switch_by
+            )
+        self.topic = read
+        self._publish()
+
+    def caught_up(self) -> None:
+        """The topic has been read to its end: from now on it alone decides."""
+        self.readable, self.reason = True, ""
+        self._publish()
+
+    def unreadable(self, why: str) -> None:
+        """The topic cannot be read: hold the switch ON until it can be read to its end."""
+        if self.readable:
+            log.warning("control topic unreadable (%s): kill switch held ON", why)
+        self.readable, self.reason = False, UNREADABLE
+        self._publish()
+
+    def _publish(self) -> None:
+        if self.readable:
+            self.state.kill_switch = self.topic.kill_switch
+            self.state.kill_switch_by = self.topic.kill_switch_by
+            self.state.kill_switch_at = self.topic.kill_switch_at
+        else:
+            self.state.kill_switch, self.state.kill_switch_by = True, self.reason
+            self.state.kill_switch_at = 0.0
+
+
+class ControlConsumer(Protocol):
+    """The slice of `AIOKafkaConsumer` the listener uses (a fake stands in for tests)."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+    async def position(self, partition: TopicPartition) -> int: ...
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0) -> dict[Any, Any]: ...
 
 
 class ControlListener:
-    """Follows the control topic in the background and updates a shared ControlState."""
+    """Follows the control topic in the background; see the module docstring.
 
-    def __init__(self, bootstrap: str, topic: str, state: ControlState, poll: float = 0.5) -> None:
-        self.bootstrap, self.topic, self.state, self.poll = bootstrap, topic, state, poll
+    Each cycle asks the broker for the topic's end offset (within `read_timeout`) and
+    reads up to it; only then is the topic's own switch served. A cycle that fails marks
+    the topic unreadable (switch ON) and starts over from the beginning.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        state: ControlState,
+        poll: float = 0.5,
+        *,
+        read_timeout: float = 10.0,
+        consumer_factory: Callable[[], ControlConsumer] | None = None,
+    ) -> None:
+        self.bootstrap, self.topic, self.poll = bootstrap, topic, poll
+        self.read_timeout = read_timeout
+        self.gate = ControlGate(state)
+        self._factory = consumer_factory or self._kafka_consumer
+        self._caught_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    def _kafka_consumer(self) -> ControlConsumer:
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            request_timeout_ms=max(1000, int(self.read_timeout * 1000)),
+        )
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="groundstream-control")
 
+    async def wait_caught_up(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the first full read; True once it happened."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._caught_up.wait(), timeout)
+        return self._caught_up.is_set()
+
     async def _run(self) -> None:
         while True:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None
-            )
+            consumer = self._factory()
             try:
                 await consumer.start()
                 tp = TopicPartition(self.topic, 0)
                 consumer.assign([tp])
                 await consumer.seek_to_beginning(tp)
                 while True:
-                    batches = await consumer.getmany(timeout_ms=int(self.poll * 1000))
-                    for records in batches.values():
-                        for rec in records:
-                            apply_control(self.state, rec.key, rec.value)
+                    async with asyncio.timeout(self.read_timeout):  # wait_for can eat a cancel
+                        await self._read_to_end(consumer, tp)
+                    self.gate.caught_up()
+                    self._caught_up.set()
+                    self._apply(await consumer.getmany(tp, timeout_ms=int(self.poll * 1000)))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broker hiccup must not end the listener
+                self.gate.unreadable(type(exc).__name__)
                 log.warning("control listener restarting after %s", type(exc).__name__)
                 await asyncio.sleep(self.poll)
             finally:
                 with contextlib.suppress(Exception):
                     await consumer.stop()
+
+    async def _read_to_end(self, consumer: ControlConsumer, tp: TopicPartition) -> None:
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            self._apply(await consumer.getmany(tp, timeout_ms=int(self.poll * 1000)))
+
+    def _apply(self, batches: dict[Any, Any]) -> None:
+        for records in batches.values():
+            for rec in records:
+                self.gate.apply(rec.key, rec.value)
 
     async def stop(self) -> None:
         if self._task is not None:
