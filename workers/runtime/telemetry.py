@@ -121,10 +121,10 @@ class StageTelemetry:
     @contextlib.contextmanager
     def batch(self, items: Sequence[Inbound]) -> Iterator[None]:
         """The batch's `process` span, linked to every message's context; times the batch."""
-        contexts = {id(item): _message_context(item) for item in items}
+        contexts = [_message_context(item) for item in items]
         links = [
             Link(trace.get_current_span(ctx).get_span_context())
-            for ctx in contexts.values()
+            for ctx in contexts
             if ctx is not None
         ]
         attributes = _messaging("process", "process", self.topic)
