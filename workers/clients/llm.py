@@ -9,13 +9,17 @@ outcome afterwards. Request building and reply reading are the pure functions of
 Failure posture: endpoint failures never raise. Every call returns a `CallResult` whose
 `kind` says what happened (ok, http_error, timeout, transport, breaker_open, malformed);
 the stages turn anything but a scored reply into a fail-closed outcome. Only
-cancellation propagates (after releasing a half-open breaker trial).
+cancellation propagates (after releasing a half-open breaker trial). A server is not
+trusted: a reply body is read up to `max_reply_bytes` (more is malformed), parsed by the
+project codec (depth limit, no NaN, no out-of-range numbers), and any exception from the
+transport or from reading the reply is an outcome, never an escape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import time
@@ -48,6 +52,12 @@ from pipeline.judge import (
     read_verdict,
     strip_thinking_switch,
 )
+from topics.codec import loads
+
+log = logging.getLogger("groundstream.llm")
+
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""Largest reply body read from an endpoint; a chat completion is a few KB."""
 
 THINKING_SWITCH_REJECTED = frozenset({400, 422})
 """Statuses that mean 'this server rejects the thinking switch': retry once without it."""
@@ -143,6 +153,7 @@ class ChatEndpoint:
         *,
         api_key: str | None = None,
         send_thinking_switch: bool = True,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.rstrip("/").endswith("/v1"):
             raise PolicyError("llm.base_url", base_url, "an http(s) URL ending in /v1")
@@ -156,6 +167,7 @@ class ChatEndpoint:
         self._clock = clock
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._send_thinking_switch = send_thinking_switch
+        self._max_reply_bytes = max_reply_bytes
         self._state: BreakerState = CLOSED
         self._session: aiohttp.ClientSession | None = None
 
@@ -216,14 +228,16 @@ class ChatEndpoint:
                 session = self._session_for_call()
                 async with session.post(self.url, json=dict(body)) as response:
                     status = response.status
-                    raw = await response.read()
+                    raw = await _read_capped(response, self._max_reply_bytes)
         except TimeoutError:
             kind, parsed, error = CallKind.TIMEOUT, None, f"no answer within {timeout:.3f}s"
-        except (aiohttp.ClientError, OSError) as exc:
-            kind, parsed, error = CallKind.TRANSPORT, None, f"{type(exc).__name__}: {exc}"[:300]
+        except ReplyTooLarge as exc:
+            kind, parsed, error = CallKind.MALFORMED, None, str(exc)
         except asyncio.CancelledError:
             self._state = abandon_trial(self._state)
             raise
+        except Exception as exc:  # a hostile server may make aiohttp raise anything
+            kind, parsed, error = CallKind.TRANSPORT, None, f"{type(exc).__name__}: {exc}"[:300]
         else:
             kind, parsed, error = _classify(status, raw)
         if is_breaker_failure(status, kind.value):
@@ -266,7 +280,7 @@ class ChatEndpoint:
             calls.append(await self.complete(retry, timeout=deadline - loop.time()))
         final = calls[-1]
         if final.kind is CallKind.OK:
-            return read_verdict(final.body), calls
+            return _read_verdict_safely(final.body), calls
         if final.kind is CallKind.MALFORMED:
             return JudgeReadout(JudgeStatus.MALFORMED, detail=final.error), calls
         return None, calls
@@ -328,7 +342,7 @@ class ChatEndpoint:
             if result.kind is not CallKind.OK:
                 failure = result.kind
                 break
-            read = _read_samples(result.body, max_tokens)
+            read = _read_samples_safely(result.body, max_tokens)
             if read is None:
                 failure = CallKind.MALFORMED
                 break
@@ -342,10 +356,47 @@ class ChatEndpoint:
         return SampleResult(tuple(samples), used, limit, tuple(calls), n, failure)
 
 
+class ReplyTooLarge(Exception):
+    """A reply body over the endpoint's `max_reply_bytes`."""
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The body, read in chunks and refused as soon as it passes `cap` bytes (a declared
+    Content-Length over the cap is refused before reading anything)."""
+    if response.content_length is not None and response.content_length > cap:
+        raise ReplyTooLarge(f"reply of {response.content_length} bytes > limit {cap}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > cap:
+            raise ReplyTooLarge(f"reply over {cap} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_verdict_safely(body: dict[str, Any] | None) -> JudgeReadout:
+    """`read_verdict`, with anything it raises on a hostile body read as malformed."""
+    try:
+        return read_verdict(body)
+    except Exception as exc:
+        log.warning("judge reply unreadable: %s", type(exc).__name__)
+        return JudgeReadout(JudgeStatus.MALFORMED, detail=f"unreadable reply: {type(exc).__name__}")
+
+
+def _read_samples_safely(body: object, max_tokens: int) -> tuple[list[str], int, int | None] | None:
+    """`_read_samples`, with anything it raises on a hostile body read as no samples."""
+    try:
+        return _read_samples(body, max_tokens)
+    except Exception as exc:
+        log.warning("sampler reply unreadable: %s", type(exc).__name__)
+        return None
+
+
 def _classify(status: int | None, raw: bytes) -> tuple[CallKind, dict[str, Any] | None, str]:
     try:
-        decoded = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        decoded = loads(raw)
+    except ValueError:
         decoded = None
     parsed = decoded if isinstance(decoded, dict) else None
     if status is not None and 200 <= status < 300:
