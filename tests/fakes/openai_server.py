@@ -11,9 +11,10 @@ body it receives is recorded in `.requests`, so tests can assert on what was sen
         assert "chat_template_kwargs" in server.requests[0]
 
 Behaviours: `Verdict`, `RawLogprobs`, `NoLogprobs`, `RejectThinkingSwitch`, `Status`,
-`Slow`, `Garbage`, `Drop`, `Samples`. `serve_in_thread` runs one in a background thread
-for synchronous tests; ``python -m tests.fakes.openai_server --port P --script JSON``
-runs one as its own process (the script is a JSON list such as
+`Slow`, `Garbage`, `Drop`, `Samples`, and `ByCase` (one of them per ``[case ID]``).
+`serve_in_thread` runs one in a background thread for synchronous tests;
+``python -m tests.fakes.openai_server --port P --script JSON`` runs one as its own
+process (the script is a JSON list such as
 ``[{"kind": "verdict", "p_yes": 0.97}, {"kind": "status", "status": 503}]``).
 """
 
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -228,6 +230,24 @@ class Samples(Behaviour):
         if not self.usage:
             del payload["usage"]
         return web.json_response(payload)
+
+
+CASE_MARKER = re.compile(r"\[case ([A-Za-z0-9_-]+)\]")
+
+
+@dataclass
+class ByCase(Behaviour):
+    """Answers each request with the behaviour scripted for the ``[case ID]`` marker in its
+    messages (a 500 when none is). As the server's `default` it is never consumed, so the
+    replies do not depend on the order in which concurrent calls arrive."""
+
+    cases: dict[str, Behaviour]
+
+    async def respond(self, server: FakeOpenAIServer, body: dict[str, Any]) -> web.StreamResponse:
+        found = CASE_MARKER.search(json.dumps(body.get("messages", []), ensure_ascii=False))
+        name = found.group(1) if found else ""
+        behaviour = self.cases.get(name, Status(500, f"no scripted case {name!r}"))
+        return await behaviour.respond(server, body)
 
 
 _KINDS: dict[str, type[Behaviour]] = {
