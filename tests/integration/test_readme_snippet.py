@@ -1,0 +1,35 @@
+"""The README's Python example runs as written and prints what the README says it prints."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+pytestmark = pytest.mark.integration  # loads the real encoder
+
+
+def _library_section() -> str:
+    return README[README.index("## As a Python library") :].split("\n## ", 1)[0]
+
+
+def test_the_readme_python_example_prints_what_the_readme_promises():
+    section = _library_section()
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    promised = re.findall(r"prints `([^`]+)` and `([^`]+)`", section)[0]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == list(promised)
