@@ -147,6 +147,11 @@ def candidate_from_dict(data: Any) -> Candidate:
     context: str | tuple[str, ...] | None
     if raw_context is None or isinstance(raw_context, str):
         context = _text(data, "context", required=False)
+    elif not isinstance(raw_context, list):
+        raise MalformedMessage(
+            "wrong type: context must be a string or a list of strings, "
+            f"not {type(raw_context).__name__}"
+        )
     else:
         context = _text_list(data, "context")
         if context is not None and (not context or not all(c.strip() for c in context)):

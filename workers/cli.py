@@ -5,17 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from pipeline.errors import PolicyError
+from topics.names import Topic
 from workers.runtime.settings import Settings
+
+T = TypeVar("T")
 
 
 def _settings(policy: str | None = None) -> Settings:
+    """Settings from the environment; `--log-level`, when given, wins over it."""
+    ctx = click.get_current_context(silent=True)
+    log_level = ctx.find_root().params.get("log_level") if ctx is not None else None
     try:
-        return Settings.from_env(policy=policy)
+        return Settings.from_env(policy=policy, log_level=log_level)
     except PolicyError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -28,7 +36,12 @@ def _policy(settings: Settings):
 
 
 @click.group()
-@click.option("--log-level", default=None, help="debug, info, warning or error.")
+@click.option(
+    "--log-level",
+    default=None,
+    help="debug, info, warning or error (default GROUNDSTREAM_LOG_LEVEL, else warning; "
+    "faust's own start-up chatter shows from info down).",
+)
 def main(log_level: str | None) -> None:
     """groundstream: keep bad LLM answers out of agent and RAG state."""
     logging.basicConfig(
@@ -61,16 +74,62 @@ def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
     click.echo(f"verified: {summary}", err=True)
 
 
+def _kafka(call: Coroutine[Any, Any, T], settings: Settings) -> T:
+    """Run a Kafka tool; a missing topic or an absent broker is one line and exit 2."""
+    from aiokafka.errors import KafkaError
+
+    from workers.runtime.kafka_tools import UnknownTopic
+
+    try:
+        return asyncio.run(call)
+    except UnknownTopic as exc:
+        click.echo(f"groundstream: {exc.args[0]}", err=True)
+        sys.exit(2)
+    except KafkaError as exc:
+        click.echo(
+            f"groundstream: cannot reach Kafka at {settings.bootstrap_servers} "
+            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}",
+            err=True,
+        )
+        sys.exit(2)
+
+
+MAX_LISTED = 20
+"""Bad lines `produce` lists one by one before it only counts them."""
+
+
 @main.command()
 @click.argument("input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--topic", default="candidates", show_default=True, help="Logical topic name.")
-def produce(input_file: Path, topic: str) -> None:
-    """Send each line of a JSONL file to a topic (key = its session_id)."""
-    from workers.runtime.kafka_tools import produce_file
+@click.option(
+    "--no-check",
+    is_flag=True,
+    help="Send every line as it is, even those the geometry stage would dead-letter.",
+)
+def produce(input_file: Path, topic: str, no_check: bool) -> None:
+    """Send each line of a JSONL file to a topic (key = its session_id).
+
+    Lines for `candidates` are first checked with the geometry stage's own parser and
+    size limit: a line it would dead-letter is named with the reason and not sent, and the
+    command exits 1 once the good lines are sent (--no-check sends everything)."""
+    from workers.runtime.kafka_tools import check_candidates, numbered_lines, produce_file
 
     settings = _settings()
-    n = asyncio.run(produce_file(settings, input_file, topic))
-    click.echo(f"produced {n} messages to {settings.topic_prefix}{topic}", err=True)
+    bad: dict[int, str] = {}
+    if topic == Topic.CANDIDATES.value and not no_check:
+        bad = check_candidates(numbered_lines(input_file), settings.max_candidate_bytes)
+    for n, reason in list(bad.items())[:MAX_LISTED]:
+        click.echo(f"{input_file}:{n}: would be dead-lettered: {reason}", err=True)
+    if len(bad) > MAX_LISTED:
+        click.echo(f"… and {len(bad) - MAX_LISTED} more", err=True)
+    sent = _kafka(produce_file(settings, input_file, topic, leave_out=bad), settings)
+    click.echo(f"produced {sent} messages to {settings.topic_prefix}{topic}", err=True)
+    if bad:
+        click.echo(
+            f"left out {len(bad)} line(s) the ladder would dead-letter (--no-check sends them)",
+            err=True,
+        )
+        sys.exit(1)
 
 
 @main.command()
@@ -84,11 +143,35 @@ def produce(input_file: Path, topic: str) -> None:
     help="Stop after S seconds without a message.",
 )
 def consume(topic: str, max_messages: int | None, timeout: float) -> None:
-    """Print a topic from the beginning as JSON lines (value, key, headers, offset)."""
+    """Print a topic from the beginning as JSON lines (value, key, headers, offset).
+
+    An unknown topic is one line naming the known ones, exit 2. For `decisions`,
+    `groundstream outcomes` is the readable view."""
     from workers.runtime.kafka_tools import consume_topic
 
     settings = _settings()
-    asyncio.run(consume_topic(settings, topic, max_messages, timeout, sys.stdout))
+    _kafka(consume_topic(settings, topic, max_messages, timeout, sys.stdout), settings)
+
+
+@main.command()
+@click.option(
+    "--timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Stop after S seconds without a decision.",
+)
+@click.option("--follow", is_flag=True, help="Keep following `decisions` until interrupted.")
+def outcomes(timeout: float, follow: bool) -> None:
+    """One line per candidate from `decisions`: its trail (stage:action → …) and the topic
+    it ended in; candidates still in the ladder are listed last."""
+    from workers.runtime.kafka_tools import print_outcomes
+
+    settings = _settings()
+    trails = _kafka(print_outcomes(settings, None if follow else timeout, sys.stdout), settings)
+    for line in trails.pending():
+        click.echo(line)
+    click.echo(f"{trails.done} outcome(s), {len(trails.steps)} still in the ladder", err=True)
 
 
 @main.group()
@@ -131,8 +214,34 @@ def worker(stage: str, policy: str | None) -> None:
     except TopicsMissing as exc:
         raise click.ClickException(str(exc)) from None
     if stage == "all":
-        sys.exit(run_all(policy))
+        sys.exit(run_all(settings, policy))
     run_stage(stage, settings)
+
+
+@main.command("wait-ready")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="Give up after S.")
+@click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    help="Wait for this stage only (repeatable; default every stage).",
+)
+def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
+    """Wait until the workers (`worker all` or single stages) are consuming; exit 1 if not.
+
+    Run it after starting workers in the background and before producing: a candidate
+    produced earlier is only decided once its stage has joined its group."""
+    from workers.runtime.ready import wait_ready
+    from workers.stages.ladder import STAGE_NAMES
+
+    unknown = sorted(set(stages) - set(STAGE_NAMES))
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: expected one of {', '.join(STAGE_NAMES)}")
+    wanted = stages or STAGE_NAMES
+    waiting = wait_ready(_settings(), wanted, timeout)
+    if waiting:
+        raise click.ClickException(f"not ready after {timeout:g}s: {', '.join(waiting)}")
+    click.echo(f"ready: {', '.join(wanted)}", err=True)
 
 
 @main.command()
@@ -314,14 +423,28 @@ def control() -> None:
 
 
 @control.command("kill-switch")
-@click.argument("state", type=click.Choice(["on", "off"]))
-@click.option("--by", required=True, help="Who flips it (recorded on the control topic).")
-def kill_switch(state: str, by: str) -> None:
-    """Stop (on) or allow (off) all automatic acceptance, on every worker within seconds."""
-    from topics.names import Topic
+@click.argument("state", type=click.Choice(["on", "off", "status"]))
+@click.option("--by", help="Who flips it (recorded on the control topic; needed for on/off).")
+def kill_switch(state: str, by: str | None) -> None:
+    """Stop (on) or allow (off) all automatic acceptance, on every worker within seconds;
+    or show (status) what the control topic says: on or off, by whom, when."""
     from workers.runtime.control import publish_kill_switch
 
     settings = _settings()
+    if state == "status":
+        from pipeline.records import iso_time
+        from workers.runtime.kafka_tools import kill_switch_status
+
+        now = _kafka(kill_switch_status(settings), settings)
+        if now is None:
+            click.echo("kill switch off (never set)")
+        else:
+            at = iso_time(now.kill_switch_at) if now.kill_switch_at else "an unknown time"
+            by_whom = now.kill_switch_by or "someone unnamed"
+            click.echo(f"kill switch {'ON' if now.kill_switch else 'off'} (by {by_whom} at {at})")
+        return
+    if not by:
+        raise click.UsageError("kill-switch on/off needs --by (who flips it)")
     asyncio.run(
         publish_kill_switch(
             settings.bootstrap_servers, settings.topic(Topic.CONTROL), state == "on", by

@@ -110,6 +110,7 @@ def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dic
         GROUNDSTREAM_PARTITIONS="2",
         GROUNDSTREAM_DATA_DIR=str(data_dir),
         GROUNDSTREAM_BATCH_WITHIN="0.02",
+        GROUNDSTREAM_LOG_LEVEL="info",  # faust logs READY_LINE at info
         PYTHONPATH=str(REPO_ROOT),
     )
     env.update(extra)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from aiokafka.errors import KafkaError
 
 from topics.admin import missing_topics
 from workers.runtime.kafka_app import build_app, run_worker
+from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import configure
 from workers.stages.kit import StageContext
@@ -57,14 +60,40 @@ def run_stage(name: str, settings: Settings) -> None:
 
         stage_encoder(ctx)  # load the model before joining the group, not on the first batch
     app = build_app(stage, settings, ctx, stateful=spec.stateful)
-    run_worker(app, settings.log_level)
+    announce_on_assignment(app, settings, name, settings.topic(stage.source))
+    clear_ready(settings, name)
+    try:
+        run_worker(app, settings.log_level)
+    finally:
+        clear_ready(settings, name, pid=os.getpid())
 
 
-def run_all(policy: str | None) -> int:
-    """Start every stage as its own process; stop all when one exits or on a signal."""
-    cmd = [sys.executable, "-m", "workers.cli", "worker"]
+def announce_on_assignment(app: Any, settings: Settings, stage: str, source: str) -> None:
+    """Say ready (see `ready.py`) the first time faust has the assignment in hand and its
+    tables restored, i.e. when it resumes the streams: its `on_rebalance_complete`."""
+    said = False
+
+    async def ready(_sender: Any, **_kwargs: Any) -> None:
+        nonlocal said
+        if said:
+            return
+        said = True
+        held = [tp.partition for tp in app.consumer.assignment() if tp.topic == source]
+        announce_ready(settings, stage, app.conf.id, held)
+
+    app.on_rebalance_complete.connect(ready, weak=False)
+
+
+def run_all(settings: Settings, policy: str | None) -> int:
+    """Start every stage as its own process; stop all when one exits or on a signal.
+    Once every child has said it is ready, say so once: "all stages ready"."""
+    cmd = [sys.executable, "-m", "workers.cli", "--log-level", settings.log_level, "worker"]
     extra = ["--policy", policy] if policy else []
+    for name in STAGE_NAMES:
+        clear_ready(settings, name)
     children = {name: subprocess.Popen([*cmd, name, *extra]) for name in STAGE_NAMES}
+    pids = {name: child.pid for name, child in children.items()}
+    all_ready = False
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -83,5 +112,8 @@ def run_all(policy: str | None) -> int:
                 log.error("stage %s exited with %s; stopping the others", name, child.returncode)
                 code = child.returncode or 1
                 stop(signal.SIGTERM, None)
+        if not all_ready and not stopping and not not_ready(settings, STAGE_NAMES, pids):
+            all_ready = True
+            print(f"groundstream: all {len(pids)} stages ready", file=sys.stderr, flush=True)
         time.sleep(0.2)
     return code

@@ -112,7 +112,7 @@ class Settings:
     judge_api_key: str = field(default="", repr=False)
     sampler_api_key: str = field(default="", repr=False)
     nli_model: str = ""
-    log_level: str = "info"
+    log_level: str = "warning"
     otlp_endpoint: str = ""
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
