@@ -318,6 +318,30 @@ def calibrate(
         click.echo(line)
 
 
+@main.command()
+@click.option(
+    "--ragtruth", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--begin", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--halueval",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="HaluEval QA file for the phrasing check (never trained on).",
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True)
+def train(ragtruth: Path, begin: Path, halueval: Path | None, out_dir: Path, seed: int) -> None:
+    """Train the claim-support head; print group-wise cross-validated figures; write it."""
+    from workers.eval.train import TrainConfig
+    from workers.eval.train import train as fit
+
+    command = "groundstream train " + " ".join(sys.argv[2:])
+    fit(TrainConfig(ragtruth, begin, halueval, out_dir, seed=seed), command, echo=click.echo)
+    click.echo(f"wrote {out_dir / 'head.npz'} and {out_dir / 'head.json'}")
+
+
 @main.command("eval")
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
