@@ -1,7 +1,8 @@
 """`groundstream outcomes`: the `decisions` topic as one readable line per candidate.
 
 A candidate leaves one decision record per stage it passed, then one `outcome` record
-naming the topic it ended in; read raw, ten candidates are thirty-odd JSON lines. This
+naming the topic it ended in (a message too malformed to be a candidate leaves one
+`deadletter` record instead); read raw, ten candidates are thirty-odd JSON lines. This
 folds them, in topic order, into ``id [session] geometry:accept → switch:accept →
 rules:accept ⇒ state``. Pure: records in, lines out; the Kafka read is `kafka_tools`.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.records import OUTCOME_STAGE
+from topics.names import Topic
 
 ARROW = " → "
 ENDS = " ⇒ "
@@ -35,10 +37,13 @@ class Trails:
         stage, action = str(record.get("stage", "?")), str(record.get("action", "?"))
         if stage != OUTCOME_STAGE:
             self.steps.setdefault(cid, []).append(f"{stage}:{action}")
+        if "topic" not in record:  # a stage's record; the outcome (or dead letter) follows
             return None
         self.done += 1
-        line = _line(cid, self.sessions.pop(cid), self.steps.pop(cid, []))
-        return f"{line}{ENDS}{record.get('topic', '?')}"
+        end = str(record["topic"])
+        if end == Topic.DEADLETTER.value:  # unparsable: no outcome record, the reason says why
+            end += f" ({record.get('reason', '')})"
+        return f"{_line(cid, self.sessions.pop(cid), self.steps.pop(cid, []))}{ENDS}{end}"
 
     def pending(self) -> list[str]:
         """Candidates seen without an outcome yet (still in the ladder, or waiting)."""
