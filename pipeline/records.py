@@ -1,10 +1,12 @@
 """Decision records: one per stage per candidate, plus a final `outcome` record.
 
 Records are hash-chained per candidate: each carries the hash of the candidate's previous
-record (`prev_hash`) and its own `hash` over its canonical JSON, so an auditor replaying
-`decisions` can prove that no record of a candidate's trail was removed or edited
-(`verify_chain`). `sanitize` is the projection untrusted consumers get: no raw text, no
-internal interpretations.
+record (`prev_hash`) and its own `hash` over its canonical JSON, so a trail read in order
+shows an edited record or a broken link (`verify_chain`). It cannot show a candidate
+deleted whole, a cut tail or an edit with every later hash recomputed: that is the audit
+chain's job (`pipeline.audit`). `sanitize` drops raw text and interpretations for the
+operators' own views; consumers outside the trust boundary get the allow-listed
+`pipeline.disclosure.public_record` instead.
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ def _strip_private(value: Any) -> Any:
 
 
 def sanitize(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The projection for untrusted consumers: no raw text, no internal interpretations."""
+    """Records without raw text or internal interpretations, for the operators' views
+    (a deny-list; untrusted consumers get `pipeline.disclosure.public_record`)."""
     out = {k: v for k, v in record.items() if k != "evidence"}
     out["evidence"] = _strip_private(record.get("evidence") or {})
     return out

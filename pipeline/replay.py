@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from pipeline.records import OUTCOME_STAGE
 
 SUPERSEDED_STAGE = "superseded"
@@ -44,6 +46,18 @@ class Position:
     def __post_init__(self) -> None:
         if (self.offset is None) == (self.epoch_ms is None):
             raise ValueError("a position is an offset or a time, exactly one of them")
+
+
+def message_ids(value: bytes | None, topic: str, partition: int, offset: int) -> tuple[str, ...]:
+    """The ids a `candidates` message may be recorded under: its own id when it carries
+    one (a dead letter may be named by it too), then its topic/partition/offset."""
+    position = f"{topic}/{partition}/{offset}"
+    try:
+        data = orjson.loads(value) if value else None
+    except (orjson.JSONDecodeError, RecursionError):
+        data = None
+    cid = data.get("id") if isinstance(data, dict) else None
+    return (cid, position) if isinstance(cid, str) and cid.strip() else (position,)
 
 
 def parse_position(text: str) -> Position:

@@ -40,6 +40,7 @@ from pipeline.replay import (
     ReplaySummary,
     check_encoder,
     compare,
+    message_ids,
     recorded_encoders,
     summarize,
     trails,
@@ -106,15 +107,7 @@ class ReplayRun:
 
 
 def recorded_ids(message: ConsumerRecord) -> tuple[str, ...]:
-    """The ids a candidate message may be recorded under: its own id when it carries one
-    (a dead letter may be named by it too), then its topic/partition/offset."""
-    position = f"{message.topic}/{message.partition}/{message.offset}"
-    try:
-        data = loads(message.value) if message.value else None
-    except (ValueError, RecursionError):
-        data = None
-    cid = data.get("id") if isinstance(data, dict) else None
-    return (cid, position) if isinstance(cid, str) and cid.strip() else (position,)
+    return message_ids(message.value, message.topic, message.partition, message.offset)
 
 
 def ladder_for_replay(
@@ -206,9 +199,7 @@ def replay(
 ) -> ReplayRun:
     """The whole replay: read, refuse an encoder change, re-decide, compare."""
     messages, records = asyncio.run(read_recording(settings, start, end))
-    check_encoder(
-        recorded_encoders(records), encoder_id(policy), allow_change=allow_encoder_change
-    )
+    check_encoder(recorded_encoders(records), encoder_id(policy), allow_change=allow_encoder_change)
     recorded = trails(records)
     if not progress:
         return asyncio.run(replay_messages(messages, recorded, settings, policy, live=live))
