@@ -153,4 +153,6 @@ def _inbound(event: faust.EventT) -> Inbound:
 
 def run_worker(app: faust.App, loglevel: str) -> None:
     """Run a faust app in this process until it is stopped (SIGINT/SIGTERM)."""
-    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.spinner = None  # its escape codes would garble the ready line (ready.py)
+    worker.execute_from_commandline()
