@@ -48,6 +48,27 @@ def record_hash(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+CONTENT_FIELDS = (
+    "session_id",
+    "turn",
+    "initiator",
+    "question",
+    "context",
+    "response",
+    "samples",
+    "route",
+)
+"""What a candidate says, as opposed to when it must be decided by or what it carries along."""
+
+
+def content_hash(candidate: Mapping[str, Any]) -> str:
+    """A candidate's content, hashed: the same id sent again with the same content is a
+    resubmission (it gets its first outcome back), with other content a reuse (refused).
+    Deadline and metadata are left out: a retry may carry a new deadline or trace."""
+    body = {k: candidate.get(k) for k in CONTENT_FIELDS if candidate.get(k) is not None}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 def make_record(
     *,
     candidate_id: str,
@@ -75,6 +96,7 @@ def make_record(
     trace_id: str | None = None,
     thresholds: Mapping[str, float] | None = None,
     evidence: Mapping[str, Any] | None = None,
+    content_hash: str | None = None,
 ) -> dict[str, Any]:
     """A complete, hashed decision record. `write_to_state` is forced false off `state`."""
     record: dict[str, Any] = {
@@ -106,6 +128,8 @@ def make_record(
     }
     if topic is not None:
         record["topic"] = topic
+    if content_hash is not None:
+        record["content_hash"] = content_hash
     record["hash"] = record_hash(record)
     return record
 

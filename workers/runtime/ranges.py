@@ -22,7 +22,8 @@ from workers.runtime.settings import Settings
 PARTITIONS_TIMEOUT_S = 10.0
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+async def partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The partitions of `topic` (a started consumer); LookupError if it does not exist."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PARTITIONS_TIMEOUT_S
     while True:
@@ -63,7 +64,7 @@ async def read_range(
     consumer = reader(settings)
     await consumer.start()
     try:
-        tps = await _partitions(consumer, topic)
+        tps = await partitions(consumer, topic)
         consumer.assign(tps)
         firsts = await consumer.beginning_offsets(tps)
         lasts = await consumer.end_offsets(tps)
