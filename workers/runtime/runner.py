@@ -58,7 +58,8 @@ def run_stage(name: str, settings: Settings) -> None:
     if spec.needs_encoder:
         from workers.clients.encoder import stage_encoder
 
-        stage_encoder(ctx)  # load the model before joining the group, not on the first batch
+        # Load the model before joining the group, not on the first batch.
+        stage_encoder(ctx, settings.encoder_backend)
     app = build_app(stage, settings, ctx, stateful=spec.stateful)
     announce_on_assignment(app, settings, name, settings.topic(stage.source))
     clear_ready(settings, name)

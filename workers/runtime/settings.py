@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pipeline.encoder import BACKENDS
 from pipeline.errors import PolicyError
 from pipeline.policy import Policy, load_policy
 from topics.names import Topic
@@ -61,6 +62,12 @@ def _servers(v: str) -> str:
     return v
 
 
+def _encoder_backend(v: str) -> str:
+    if v not in BACKENDS:
+        raise ValueError
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -82,6 +89,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "sampler_timeout": (_positive_float, "seconds > 0"),
     "judge_timeout": (_positive_float, "seconds > 0"),
     "control_poll": (_positive_float, "seconds > 0"),
+    "encoder_backend": (_encoder_backend, " or ".join(BACKENDS)),
 }
 
 
@@ -117,6 +125,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
     control_poll: float = 0.5
+    encoder_backend: str = "torch"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -1,0 +1,154 @@
+"""The sentence encoder on ONNX Runtime: the same all-MiniLM-L6-v2, without torch at run time.
+
+A geometry worker that runs the 22M-parameter encoder on a CPU does not need torch's
+several hundred MB (or PyPI's CUDA build of several GB). The transformer is exported once
+from the model directory's weights to ONNX (that step needs torch and `onnx`), cached under
+``~/.cache/groundstream/onnx/`` keyed by the weights file, and from then on encoding needs
+only `onnxruntime` and `tokenizers`. Pooling (mean over the attention mask) and the L2
+normalisation are the model's own sentence-transformers modules, done here in numpy; the
+embeddings equal the torch path's to within 1e-4 cosine (tests/unit/test_onnx_encoder.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+EXPORT_VERSION = "1"
+"""Part of the cache key: bump when the exported graph changes."""
+OPSET = 17
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "groundstream" / "onnx"
+
+
+def _weights(model_dir: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {model_dir}")
+
+
+def onnx_path(model_dir: Path, root: Path | None = None) -> Path:
+    """Where the export of `model_dir` lives: keyed by its weights' path, size and mtime, so
+    a changed model is exported again and two models never share a file."""
+    weights = _weights(model_dir).resolve()
+    stat = weights.stat()
+    key = f"{EXPORT_VERSION}:{weights}:{stat.st_size}:{stat.st_mtime_ns}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return (root or cache_root()) / digest / "model.onnx"
+
+
+def export_onnx(model_dir: Path, root: Path | None = None) -> Path:
+    """Export the transformer of `model_dir` to ONNX unless already cached; its path.
+
+    Needs torch, transformers and onnx (only here). Written to a temporary name and renamed,
+    so workers starting together never read half a file."""
+    target = onnx_path(model_dir, root)
+    if target.is_file():
+        return target
+    import torch
+    from transformers import AutoModel
+
+    class _Hidden(torch.nn.Module):
+        """The model's last hidden state from positional inputs, as the exporter wants."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor):
+            out = self.model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return out.last_hidden_state
+
+    model = _Hidden(AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval())
+    ids = torch.ones(2, 8, dtype=torch.long)
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, "last_hidden_state")}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    with torch.no_grad():
+        torch.onnx.export(
+            model,
+            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+            str(tmp),
+            input_names=list(INPUTS),
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    tmp.replace(target)
+    return target
+
+
+def _threads() -> int:
+    """ONNX Runtime's intra-op threads: OMP_NUM_THREADS when set (as torch honours it),
+    else 0, ONNX Runtime's own default (one per physical core)."""
+    raw = os.environ.get("OMP_NUM_THREADS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
+
+
+class OnnxModel:
+    """all-MiniLM-style model directory → normalised mean-pooled embeddings via ONNX Runtime."""
+
+    def __init__(self, model_dir: Path, *, cache: Path | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        path = onnx_path(model_dir, cache)
+        if not path.is_file():
+            path = export_onnx(model_dir, cache)
+        config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        self.max_seq_length = int(config["max_seq_length"])
+        pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+        if not pooling.get("pooling_mode_mean_tokens"):
+            raise ValueError(f"{model_dir}: only mean pooling is supported by the ONNX backend")
+        self.dimension = int(pooling["word_embedding_dimension"])
+        modules = json.loads((model_dir / "modules.json").read_text())
+        self._normalize = any(m["type"].endswith(".Normalize") for m in modules)
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.offsets_tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.offsets_tokenizer.no_truncation()
+        self.offsets_tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self.max_seq_length)
+        tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
+        self._tokenizer = tokenizer
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _threads()
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of `text`'s tokens, no special tokens, no truncation."""
+        return list(self.offsets_tokenizer.encode(text, add_special_tokens=False).offsets)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        """One row per text; longest first in batches (less padding), rows in input order."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            chosen = order[start : start + batch_size]
+            out[chosen] = self._encode_batch([texts[i] for i in chosen])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.zeros_like(ids)
+        (hidden,) = self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        )
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        if self._normalize:
+            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return pooled.astype(np.float32)

@@ -1,0 +1,80 @@
+"""The ONNX Runtime encoder gives the torch path's embeddings and windows, and is selected by
+GROUNDSTREAM_ENCODER_BACKEND (validated like every setting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.encoder import SentenceEncoder
+from pipeline.onnx_encoder import onnx_path
+from topics.codec import loads
+from workers.runtime.settings import Settings, SettingsError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture_texts() -> list[str]:
+    """Every question, response and context chunk of the shared candidate fixtures."""
+    texts: list[str] = []
+    for line in (FIXTURES / "candidates.jsonl").read_text().splitlines():
+        c = loads(line)
+        context = c.get("context") or []
+        chunks = [context] if isinstance(context, str) else list(context)
+        texts += [t for t in (c.get("question"), c.get("response"), *chunks) if t]
+    return texts
+
+
+@pytest.fixture(scope="module")
+def encoders() -> tuple[SentenceEncoder, SentenceEncoder]:
+    return SentenceEncoder(backend="torch"), SentenceEncoder(backend="onnx")
+
+
+def test_onnx_embeddings_equal_torch_within_1e4_cosine(encoders):
+    torch_enc, onnx_enc = encoders
+    texts = fixture_texts()
+    assert len(texts) > 20
+    a, b = torch_enc.encode_uncached(texts), onnx_enc.encode_uncached(texts)
+    assert a.shape == b.shape and b.dtype == np.float32
+    cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cosine.min() >= 1 - 1e-4
+
+
+def test_onnx_rows_keep_input_order_across_batches(encoders):
+    _, onnx_enc = encoders
+    texts = fixture_texts()
+    together = onnx_enc._model.encode(texts, 3)  # sorted by length inside, several batches
+    alone = np.stack([onnx_enc._model.encode([t], 1)[0] for t in texts[:5]])
+    np.testing.assert_allclose(together[:5], alone, atol=1e-5)
+
+
+def test_onnx_windows_equal_torch_windows(encoders):
+    torch_enc, onnx_enc = encoders
+    long = " ".join(fixture_texts()) * 3  # well over one 254-token window
+    assert len(torch_enc.windows(long)) > 2
+    assert onnx_enc.windows(long) == torch_enc.windows(long)
+    assert onnx_enc.window_tokens == torch_enc.window_tokens == 254
+
+
+def test_export_cache_key_follows_the_weights(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"a")
+    first = onnx_path(model, tmp_path / "cache")
+    (model / "model.safetensors").write_bytes(b"ab")
+    assert onnx_path(model, tmp_path / "cache") != first
+    assert first.is_relative_to(tmp_path / "cache")
+
+
+def test_backend_setting_is_validated():
+    assert Settings.from_env({}).encoder_backend == "torch"
+    assert Settings.from_env({"GROUNDSTREAM_ENCODER_BACKEND": "onnx"}).encoder_backend == "onnx"
+    with pytest.raises(SettingsError, match="GROUNDSTREAM_ENCODER_BACKEND"):
+        Settings.from_env({"GROUNDSTREAM_ENCODER_BACKEND": "tensorflow"})
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="encoder backend"):
+        SentenceEncoder(backend="tensorflow")
