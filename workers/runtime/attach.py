@@ -1,0 +1,184 @@
+"""`groundstream attach --source TOPIC`: gate an existing bus without changing its agents.
+
+Reads the user's topic in its own consumer group, maps each message with the policy's
+`[attach]` mapping (`pipeline.attach`), and sends what it finds on:
+
+* a candidate → `candidates`, keyed by its session, once it passes the schema check
+  (`topics.schema.candidate_from_dict`; a failure dead-letters the message, as geometry
+  would);
+* anything else the mapping reads → the pass-through topic, untouched: value, key and
+  headers as they were;
+* a message the mapping cannot read → `deadletter`, raw bytes and reason.
+
+Attaching is idempotent. Candidate ids are deterministic (the message's own id, else its
+topic/partition/offset), and before it sends anything attach reads the ids already on
+`candidates`: a candidate attached before — by an earlier run over the same offsets, or
+by this run before a restart — is counted and skipped, never sent twice. (The outcome
+ledger is the backstop: a second message with a decided id never gets a second outcome.)
+Offsets are committed after the batch's sends are acknowledged, so a crash repeats at
+most a batch, and the repetition is skipped as above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+
+from pipeline.attach import AttachMapping, Kind, map_message
+from pipeline.replay import message_ids
+from topics.codec import dumps
+from topics.names import MAX_MESSAGE_BYTES, Topic
+from topics.schema import MalformedMessage, candidate_from_dict
+from workers.runtime.ranges import read_range
+from workers.runtime.settings import Settings
+from workers.stages.kit import Emit, Inbound, deadletter
+
+STAGE = "attach"
+
+
+def pass_through_topic(source: str) -> str:
+    """Where non-candidates go by default: next to the source, in the user's namespace."""
+    return f"{source}.passthrough"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One message to produce, by its physical topic name (the source's own namespace)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def of(cls, emit: Emit, settings: Settings) -> Send:
+        return cls(settings.topic(emit.topic), emit.key, emit.value, emit.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Where one source message goes: its sends, and what it counted as."""
+
+    sends: tuple[Send, ...]
+    counted: str
+    candidate_id: str | None = None
+
+
+def route_message(
+    message: ConsumerRecord,
+    mapping: AttachMapping,
+    settings: Settings,
+    pass_through: str,
+    known: set[str],
+    now: float,
+) -> Routed:
+    """The sends for one message of the source topic (module docstring)."""
+    mapped = map_message(
+        message.value,
+        message.key,
+        mapping,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+    )
+    headers = tuple(message.headers or ())
+    if mapped.kind is Kind.PASS_THROUGH:
+        return Routed(
+            (Send(pass_through, message.key, message.value or b"", headers),), "pass_through"
+        )
+    reason = mapped.reason
+    if mapped.kind is Kind.CANDIDATE and mapped.candidate is not None:
+        try:
+            candidate = candidate_from_dict(mapped.candidate)
+        except MalformedMessage as exc:
+            reason = f"attach mapping: {exc.reason}"
+        else:
+            if candidate.id in known:
+                return Routed((), "duplicate", candidate.id)
+            send = Send(
+                settings.topic(Topic.CANDIDATES),
+                candidate.session_id.encode(),
+                dumps(candidate.to_dict()),
+                headers,
+            )
+            return Routed((send,), "candidate", candidate.id)
+    item = Inbound(
+        message.key, message.value, message.topic, message.partition, message.offset, headers
+    )
+    sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now))
+    return Routed(sends, "deadletter")
+
+
+async def known_ids(settings: Settings) -> set[str]:
+    """Every id already on `candidates` (see the module docstring)."""
+    messages = await read_range(settings, settings.topic(Topic.CANDIDATES))
+    return {i for m in messages for i in message_ids(m.value, m.topic, m.partition, m.offset)}
+
+
+async def _send_batch(producer: AIOKafkaProducer, routed: Sequence[Routed]) -> None:
+    futures = [
+        await producer.send(s.topic, s.value, key=s.key, headers=list(s.headers))
+        for r in routed
+        for s in r.sends
+    ]
+    await asyncio.gather(*futures)
+
+
+async def attach(
+    settings: Settings,
+    source: str,
+    mapping: AttachMapping,
+    *,
+    pass_through: str | None = None,
+    until_idle: float | None = None,
+) -> Counter[str]:
+    """Attach `source` until cancelled, or until it has been idle `until_idle` seconds."""
+    known = await known_ids(settings)
+    target = pass_through or pass_through_topic(source)
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=f"{settings.topic_prefix}groundstream-attach",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        max_request_size=MAX_MESSAGE_BYTES,
+    )
+    counts: Counter[str] = Counter()
+    await producer.start()
+    await consumer.start()
+    try:
+        idle_since = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=500, max_records=settings.batch_size)
+            messages = [m for tp in sorted(batches) for m in batches[tp]]
+            if not messages:
+                if not consumer.assignment():
+                    idle_since = time.monotonic()  # still joining the group: not idle yet
+                elif until_idle is not None and time.monotonic() - idle_since >= until_idle:
+                    return counts
+                continue
+            routed = []
+            for message in messages:
+                r = route_message(message, mapping, settings, target, known, time.time())
+                if r.counted == "candidate" and r.candidate_id is not None:
+                    known.add(r.candidate_id)
+                counts[r.counted] += 1
+                routed.append(r)
+            await _send_batch(producer, routed)
+            await consumer.commit()
+            idle_since = time.monotonic()
+    finally:
+        await consumer.stop()
+        await producer.stop()
