@@ -135,15 +135,17 @@ async def attach(
     mapping: AttachMapping,
     *,
     pass_through: str | None = None,
+    group: str | None = None,
     until_idle: float | None = None,
 ) -> Counter[str]:
-    """Attach `source` until cancelled, or until it has been idle `until_idle` seconds."""
+    """Attach `source` until cancelled, or until it has been idle `until_idle` seconds.
+    `group`: the consumer group (default `<prefix>groundstream-attach`)."""
     known = await known_ids(settings)
     target = pass_through or pass_through_topic(source)
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=settings.bootstrap_servers,
-        group_id=f"{settings.topic_prefix}groundstream-attach",
+        group_id=group or f"{settings.topic_prefix}groundstream-attach",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level="read_committed",
