@@ -5,12 +5,15 @@ Why it exists
     but fine-tuning and running one is too slow for this project's machines (measured:
     0.35 s per training pair, 20 pairs a second when scoring, on two shared cores). The
     model here keeps the shipped sentence encoder frozen and learns only a small head over
-    features of a (claim, window) pair: the two embeddings' product and difference (what a
-    bi-encoder classifier reads) plus a few lexical facts an embedding blurs — is every
-    number and name of the claim in the window, does one statement of the window carry the
-    claim on its own, does the claim negate what the window does not. The head is a
-    one-hidden-layer network (or a logistic model with no hidden layer) stored as plain
-    arrays, so scoring needs numpy only.
+    a handful of facts about a (claim, window) pair: how close the two embeddings are, and
+    what an embedding blurs — is every number and name of the claim in the window, does
+    one statement of the window carry the claim on its own or is it stitched from words
+    scattered over the context, does the claim negate what the window does not. Feeding the
+    embeddings' product and difference (a bi-encoder classifier's usual input) as well was
+    measured and dropped: with a few thousand labelled claims it fitted the training
+    contexts, and group-wise cross-validated claim AUROC on RAGTruth fell from 0.73 to 0.68.
+    The head is a one-hidden-layer network (or a logistic model) stored as plain arrays,
+    so scoring needs numpy only.
 
 Failure posture
     Pure: no I/O, no torch. A head whose arrays do not fit together, or features of the
@@ -52,8 +55,9 @@ LEXICAL_FEATURES = (
     "unsupported_number",
     "unsupported_name",
     "negation_mismatch",
+    "context_coverage",
 )
-"""The named features, in order, before the embedding product and difference."""
+"""The pair features, in order."""
 
 _NEGATION_RE = re.compile(r"\b(?:not|no|never|none|neither|nor|without)\b|n't\b", re.IGNORECASE)
 
@@ -67,9 +71,15 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 
 def pair_features(
-    claim: str, statements: Sequence[str], claim_vector: np.ndarray, window_vector: np.ndarray
+    claim: str,
+    statements: Sequence[str],
+    claim_vector: np.ndarray,
+    window_vector: np.ndarray,
+    context_coverage: float,
 ) -> np.ndarray:
-    """Features of one (claim, window) pair; ``statements`` are the window's statements."""
+    """Features of one (claim, window) pair (see ``LEXICAL_FEATURES``); ``statements`` are
+    the window's statements, ``context_coverage`` the claim's content coverage over the
+    whole context."""
     u, v = _unit(claim_vector.astype(np.float32)), _unit(window_vector.astype(np.float32))
     window = " ".join(statements)
     whole = measure_support(claim, [window])
@@ -79,7 +89,7 @@ def pair_features(
         else whole.content_coverage
     )
     negated = bool(_NEGATION_RE.search(claim)) != bool(_NEGATION_RE.search(window))
-    lexical = np.array(
+    return np.array(
         [
             float(u @ v),
             whole.content_coverage,
@@ -87,10 +97,10 @@ def pair_features(
             float(bool(whole.unsupported_numbers)),
             float(bool(whole.unsupported_names)),
             float(negated),
+            context_coverage,
         ],
         dtype=np.float32,
     )
-    return np.concatenate([lexical, u * v, np.abs(u - v)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +168,13 @@ def prepare_pairs(
     texts = [w.text for w in windows]
     cands = rank_windows(claims, texts, claim_vecs, window_vecs, k) if windows else ()
     cands = cands or tuple(() for _ in claims)
+    coverage = [measure_support(c, flat).content_coverage if flat else 0.0 for c in claims]
     rows = [
-        pair_features(c, window_stmts[j], claim_vecs[i], window_vecs[j])
+        pair_features(c, window_stmts[j], claim_vecs[i], window_vecs[j], coverage[i])
         for i, c in enumerate(claims)
         for j in cands[i]
     ]
-    width = len(LEXICAL_FEATURES) + 2 * claim_vecs.shape[1] if len(claims) else 0
-    features = np.array(rows, dtype=np.float32).reshape(len(rows), width)
+    features = np.array(rows, dtype=np.float32).reshape(len(rows), len(LEXICAL_FEATURES))
     return windows, cands, features
 
 

@@ -30,13 +30,13 @@ def coverage_head(width: int) -> ClaimHead:
     )
 
 
-WIDTH = len(LEXICAL_FEATURES) + 2 * DIM
+WIDTH = len(LEXICAL_FEATURES)
 
 
 class TestPairFeatures:
     def test_layout_and_lexical_facts(self) -> None:
         v = np.ones(DIM, dtype=np.float32)
-        f = pair_features("It carries 300 passengers.", ["It carries 240 passengers."], v, v)
+        f = pair_features("It carries 300 passengers.", ["It carries 240 passengers."], v, v, 1.0)
         named = dict(zip(LEXICAL_FEATURES, f[: len(LEXICAL_FEATURES)], strict=True))
         assert f.shape == (WIDTH,)
         assert named["cosine"] == pytest.approx(1.0)
@@ -46,19 +46,24 @@ class TestPairFeatures:
     def test_best_statement_sees_a_claim_stitched_from_two(self) -> None:
         v = np.ones(DIM, dtype=np.float32)
         claim = "The ferry launched in 1962 carries 240 passengers."
-        f = pair_features(claim, CONTEXT.split(". "), v, v)
+        f = pair_features(claim, CONTEXT.split(". "), v, v, 1.0)
         named = dict(zip(LEXICAL_FEATURES, f[: len(LEXICAL_FEATURES)], strict=True))
         assert named["window_coverage"] == 1.0
         assert named["best_statement_coverage"] < 1.0
 
     def test_negation_mismatch(self) -> None:
         v = np.ones(DIM, dtype=np.float32)
-        f = pair_features("It was not launched in 1962.", ["It was launched in 1962."], v, v)
+        f = pair_features("It was not launched in 1962.", ["It was launched in 1962."], v, v, 1.0)
         assert f[LEXICAL_FEATURES.index("negation_mismatch")] == 1.0
+
+    def test_context_coverage_is_passed_through(self) -> None:
+        v = np.ones(DIM, dtype=np.float32)
+        f = pair_features("Ferry.", ["Ferry."], v, v, 0.25)
+        assert f[LEXICAL_FEATURES.index("context_coverage")] == 0.25
 
     def test_zero_vectors_give_zero_cosine(self) -> None:
         z = np.zeros(DIM, dtype=np.float32)
-        assert pair_features("Ferry.", ["Ferry."], z, z)[0] == 0.0
+        assert pair_features("Ferry.", ["Ferry."], z, z, 1.0)[0] == 0.0
 
 
 class TestClaimHead:

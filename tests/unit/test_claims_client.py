@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead
-from tests.unit.test_claim_head import DIM, fake_encode
+from tests.unit.test_claim_head import fake_encode
 from workers.clients.claims import ClaimScorer, head_metadata, load_head
 from workers.eval.train import _save
 
-WIDTH = len(LEXICAL_FEATURES) + 2 * DIM
+WIDTH = len(LEXICAL_FEATURES)
 
 
 def two_layer_head() -> ClaimHead:

@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.claim_head import ClaimHead, assess, pair_features
 from pipeline.claims import ClaimSupport, context_statements
+from pipeline.support import measure_support
 
 __all__ = ["DEFAULT_HEAD_DIR", "ClaimScorer", "head_metadata", "load_head", "load_scorer"]
 
@@ -45,6 +46,11 @@ def head_metadata(directory: str | Path = DEFAULT_HEAD_DIR) -> dict:
     return json.loads((Path(directory) / "head.json").read_text())
 
 
+def lexical_coverage(claim: str, passage: str) -> float:
+    """The claim's content coverage over the passage (the passage is the whole context)."""
+    return measure_support(claim, [passage]).content_coverage
+
+
 class ClaimScorer:
     """The sentence encoder and the claim head together: scores pairs and whole responses."""
 
@@ -60,7 +66,7 @@ class ClaimScorer:
         passages = [" ".join(s for chunk in context_statements(p) for s in chunk) for _, p in pairs]
         vectors = self._encoder.encode([*claims, *passages])
         rows = [
-            pair_features(c, [p], vectors[i], vectors[len(pairs) + i])
+            pair_features(c, [p], vectors[i], vectors[len(pairs) + i], lexical_coverage(c, p))
             for i, (c, p) in enumerate(zip(claims, passages, strict=True))
         ]
         return self.head.probability(np.stack(rows))

@@ -96,7 +96,7 @@ class TrainConfig:
     out_dir: Path
     seed: int = 0
     folds: int = 5
-    hidden: int = 64
+    hidden: int = 16
     epochs: int = 20
     l2: float = 1e-4
     max_accept_error: float = 0.08
@@ -152,7 +152,8 @@ def _training_pairs(items: Sequence[_Prepared]) -> tuple[np.ndarray, np.ndarray,
 
 
 def _fit_head(x: np.ndarray, y: np.ndarray, w: np.ndarray, config: TrainConfig) -> ClaimHead:
-    """A one-hidden-layer head trained with Adam on weighted log loss, seeded."""
+    """A one-hidden-layer head (logistic when ``hidden`` is 0) trained with Adam on weighted
+    log loss, seeded."""
     import torch
 
     # One thread: on a small shared machine, torch's default pool oversubscribes the cores
@@ -163,11 +164,14 @@ def _fit_head(x: np.ndarray, y: np.ndarray, w: np.ndarray, config: TrainConfig) 
     scale = x.std(0) + 1e-6
     xt = torch.from_numpy((x - mean) / scale)
     yt, wt = torch.from_numpy(y), torch.from_numpy(w)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(x.shape[1], config.hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(config.hidden, 1),
-    )
+    if config.hidden:
+        net = torch.nn.Sequential(
+            torch.nn.Linear(x.shape[1], config.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(config.hidden, 1),
+        )
+    else:  # a logistic head
+        net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 1))
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, weight_decay=config.l2)
     gen = torch.Generator().manual_seed(config.seed)
     for _ in range(config.epochs):
