@@ -4,7 +4,6 @@ through the ladder with the real encoder.)"""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import pipeline
@@ -15,8 +14,10 @@ from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Threshold
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, R_MIDDLE, VECTORS
 from topics.codec import dumps
-from topics.schema import parse_candidate
-from workers.stages.geometry import score_candidates
+from topics.names import Topic
+from topics.schema import GeometryPayload, parse_envelope
+from workers.stages.geometry import GeometryStage
+from workers.stages.kit import Inbound, StageContext
 
 
 def sgi(value: float) -> SGIResult:
@@ -72,12 +73,33 @@ class TestDefaults:
 
 
 class TestScoreCandidate:
-    def test_is_the_geometry_stages_score(self) -> None:
+    async def test_is_the_geometry_stages_score(self) -> None:
+        """What the geometry stage puts on the envelope equals the library's score."""
         encoder = FakeEncoder(VECTORS)
-        model = pipeline.default_policy().grounding
-        assert model is not None
-        for response, context in ((R_ACCEPT, CONTEXT), (R_MIDDLE, [CONTEXT, QUESTION])):
-            raw = {"id": "c", "session_id": "s", "question": QUESTION, "response": response}
-            candidate = parse_candidate(dumps({**raw, "context": context}))
-            stage = score_candidates([candidate], encoder, np.array([1.0, 0.0, 0.0]), model)
-            assert pipeline.score_candidate(QUESTION, response, context, encoder) == stage[0]
+        policy = pipeline.default_policy()
+        assert policy.grounding is not None
+        ctx = StageContext(policy=policy)
+        ctx.services["encoder"] = encoder
+        cases = ((R_ACCEPT, CONTEXT), (R_MIDDLE, [CONTEXT, QUESTION]))
+        batch = [
+            Inbound(
+                b"s",
+                dumps(
+                    {
+                        "id": f"c{i}",
+                        "session_id": "s",
+                        "question": QUESTION,
+                        "response": response,
+                        "context": context,
+                    }
+                ),
+            )
+            for i, (response, context) in enumerate(cases)
+        ]
+        emits = await GeometryStage().process(batch, ctx)
+        scored = [parse_envelope(e.value) for e in emits if e.topic is Topic.SCORED]
+        assert len(scored) == len(cases)
+        for env, (response, context) in zip(scored, cases, strict=True):
+            library = pipeline.score_candidate(QUESTION, response, context, encoder)
+            assert isinstance(library, GroundingScore)
+            assert env.geometry.to_dict() == GeometryPayload(library).to_dict()

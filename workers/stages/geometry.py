@@ -13,56 +13,15 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
-from pipeline.grounding import GroundingModel, score_grounding
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.results import GroundingScore
 from pipeline.routing import Mode, deadline_for, expired
-from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
+from pipeline.scoring import score_batch
 from topics.names import Topic
-from topics.schema import Candidate, Envelope, GeometryPayload, MalformedMessage, parse_candidate
+from topics.schema import Envelope, GeometryPayload, MalformedMessage, parse_candidate
 from workers.clients.encoder import stage_encoder
 from workers.stages.common import expire
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 from workers.stages.routes import SCORED, SKIP
-
-
-def score_candidates(
-    candidates: Sequence[Candidate],
-    encoder: Encoder,
-    reference: np.ndarray | None,
-    model: GroundingModel | None = None,
-) -> list[SGIResult | DGIResult | GroundingScore]:
-    """SGI (combined with source support into P(grounded) when the policy has a grounding
-    model) for candidates with a context, DGI for the others; two encoder calls at most."""
-    with_ctx = [i for i, c in enumerate(candidates) if c.context is not None]
-    without = [i for i, c in enumerate(candidates) if c.context is None]
-    out: list[Any] = [None] * len(candidates)
-    sgi = compute_sgi_batch(
-        [
-            (candidates[i].question, candidates[i].context_chunks, candidates[i].response)
-            for i in with_ctx
-        ],
-        encoder,
-    )
-    for i, result in zip(with_ctx, sgi, strict=True):
-        c = candidates[i]
-        out[i] = (
-            result
-            if model is None
-            else score_grounding(model, c.question, c.context_chunks or (), c.response, result)
-        )
-    if without:
-        if reference is None:
-            for i in without:
-                out[i] = DGIResult(0.0, 0.0, 1, True, "no reference direction in the policy")
-        else:
-            dgi = compute_dgi_batch(
-                [(candidates[i].question, candidates[i].response) for i in without],
-                encoder,
-                reference,
-            )
-            for i, result in zip(without, dgi, strict=True):
-                out[i] = result
-    return out
 
 
 class GeometryStage:
@@ -109,8 +68,11 @@ class GeometryStage:
         encoder = stage_encoder(ctx)
         # The encoder call runs in a thread so the consumer keeps heartbeating meanwhile.
         results = await asyncio.to_thread(
-            score_candidates,
-            [env.candidate for env, _ in ready],
+            score_batch,
+            [
+                (c.question, c.context_chunks, c.response)
+                for c in (env.candidate for env, _ in ready)
+            ],
             encoder,
             reference,
             ctx.policy.grounding,
