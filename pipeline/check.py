@@ -10,6 +10,7 @@ geometry does not reinterpret another stage's signal.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,7 +50,10 @@ Score = SGIResult | DGIResult | GroundingScore
 
 
 def _cut(value: float) -> str:
-    """A threshold for the audit text: at most four decimals, at least one (2.0, 0.4543)."""
+    """A threshold for the audit text: at most four decimals, at least one (2.0, 0.4543);
+    an infinite accept cut (accept nothing) reads "inf", as in the policy file."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     text = f"{value:.4f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from pipeline.evidence import cap_evidence
+from pipeline.thresholds import record_cut
 
 RECORD_SCHEMA_VERSION = 1
 OUTCOME_STAGE = "outcome"
@@ -122,7 +123,9 @@ def make_record(
         "kill_switch": kill_switch,
         "timings": dict(timings or {}),
         "trace_id": trace_id,
-        "thresholds": dict(thresholds or {}),
+        "thresholds": {  # an infinite accept cut (accept nothing) as "inf": JSON has no inf
+            k: record_cut(v) if isinstance(v, float) else v for k, v in (thresholds or {}).items()
+        },
         "evidence": cap_evidence(evidence or {}),
         "prev_hash": prev_hash,
     }

@@ -26,6 +26,10 @@ GROUNDING_ACCEPT = 0.80
 GROUNDING_REVIEW = 0.50
 """Calibrated P(grounded) below this: on_reject; between the two: escalate."""
 
+ACCEPT_CUTS = frozenset({"sgi_strong_pass", "grounding_accept"})
+"""The auto-accept cuts: these alone may be infinite (`inf` in a policy), meaning accept
+nothing — what `calibrate` writes when no cut meets the accept-error bound."""
+
 SGI_DEGENERATE = 10.0
 """Sentinel SGI when θ(r, c) ≈ 0: the response is the context, maximally grounded."""
 
@@ -52,9 +56,10 @@ class Thresholds:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
-                or not math.isfinite(value)
+                or not (math.isfinite(value) or (name in ACCEPT_CUTS and value == math.inf))
             ):
-                raise PolicyError(f"thresholds.{name}", value, "a finite number")
+                expected = "a finite number or inf" if name in ACCEPT_CUTS else "a finite number"
+                raise PolicyError(f"thresholds.{name}", value, expected)
         if self.sgi_review > self.sgi_strong_pass:
             raise PolicyError(
                 "thresholds.sgi_review",
@@ -63,11 +68,12 @@ class Thresholds:
             )
         if not -1.0 <= self.dgi_pass <= 1.0:
             raise PolicyError("thresholds.dgi_pass", self.dgi_pass, "a cosine in [-1, 1]")
-        if not 0.0 <= self.grounding_review <= self.grounding_accept <= 1.0:
+        accept = self.grounding_accept
+        if not 0.0 <= self.grounding_review <= accept or not (accept <= 1.0 or accept == math.inf):
             raise PolicyError(
                 "thresholds.grounding_review",
                 self.grounding_review,
-                f"a probability <= thresholds.grounding_accept ({self.grounding_accept})",
+                f"a probability <= thresholds.grounding_accept ({accept}, a probability or inf)",
             )
 
     @classmethod
@@ -79,3 +85,13 @@ class Thresholds:
 
     def to_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+    def to_record(self) -> dict[str, float | str]:
+        """The cuts for a JSON record: an infinite cut (accept nothing) as the string "inf",
+        which JSON cannot hold as a number (orjson would write null)."""
+        return {name: record_cut(value) for name, value in self.to_dict().items()}
+
+
+def record_cut(value: float) -> float | str:
+    """A cut as a JSON value: itself, or "inf" / "-inf"."""
+    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")

@@ -13,8 +13,9 @@ How each cut is chosen (scores are "higher = more grounded"; a cut accepts ``sco
   halfway between the lowest score it accepts and the highest it rejects.
 * ``sgi_strong_pass`` (auto-accept into state): the lowest cut at or above ``sgi_review``
   whose accepted set holds at most ``max_accept_error`` ungrounded examples as a share of
-  the accepted set. If no cut qualifies, the cut lies just above the highest score, so
-  auto-accept takes nothing, and ``metrics["sgi_strong_pass_accepts_nothing"]`` says so.
+  the accepted set. If no cut qualifies, the cut is infinite (``inf`` in the policy), so
+  auto-accept takes nothing — not even a new answer scoring above every fitted one — and
+  ``metrics["sgi_strong_pass_accepts_nothing"]`` says so.
 
 Failure posture: empty data, a method whose data is one-class, or malformed examples
 raise `ScoringError`; a method with no examples keeps its default cut and the metrics
@@ -80,8 +81,8 @@ class FitResult:
     def __post_init__(self) -> None:
         for name in ("sgi_strong_pass", "sgi_review", "dgi_pass"):
             value = getattr(self, name)
-            if not math.isfinite(value):
-                raise PolicyError(f"fit.{name}", value, "a finite number")
+            if not math.isfinite(value) and not (name == "sgi_strong_pass" and value == math.inf):
+                raise PolicyError(f"fit.{name}", value, "a finite number (inf: accept nothing)")
         if self.sgi_review > self.sgi_strong_pass:
             raise PolicyError(
                 "fit.sgi_review",
@@ -152,13 +153,10 @@ def strong_pass_cut(
             # Halfway to the next lower score, never below the review cut: same accepted set.
             below = distinct[k - 1] if k > 0 else cut
             return max(floor, float(below + (cut - below) / 2.0)), False
-    # No cut qualifies: just above the highest score, so nothing fitted is auto-accepted.
-    return max(floor, _above(float(distinct[-1]))), True
-
-
-def _above(value: float) -> float:
-    """A cut just above ``value`` (by a relative margin that survives JSON round trips)."""
-    return value + max(1e-9, abs(value) * 1e-9)
+    # No cut qualifies: accept nothing. A finite cut just above the highest fitted score
+    # would accept a new answer scoring higher still, and on HaluEval the highest SGIs are
+    # hallucinated.
+    return math.inf, True
 
 
 def fit_thresholds_from_scores(

@@ -85,7 +85,7 @@ def _fit_with_cuts(
     p = _probability(x, coefficients, intercept)
     review = youden_threshold(p, y)
     accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
-    return coefficients, intercept, p, review, float(min(accept, 1.0)), nothing
+    return coefficients, intercept, p, review, float(accept), nothing
 
 
 def _fold_of(key: str, folds: int) -> int:

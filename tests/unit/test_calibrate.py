@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -99,7 +100,7 @@ class TestStrongPass:
     def test_no_qualifying_cut_accepts_nothing(self) -> None:
         data = labelled([1.0, 1.1], True) + labelled([0.5, 2.0], False)
         fit = fit_thresholds_from_scores(data, [])
-        assert fit.sgi_strong_pass > 2.0
+        assert fit.sgi_strong_pass == math.inf
         assert fit.metrics["sgi_strong_pass_accepts_nothing"] is True
         assert fit.metrics["accept_error_at_strong_pass"] is None
         assert fit.metrics["accept_rate_grounded_at_strong_pass"] == 0.0
