@@ -103,7 +103,6 @@ class OutcomeIndex:
     async def start(self) -> None:
         await self.consumer.start()
         tps = await partitions(self.consumer, self.topic)
-        self.consumer.assign(tps)
         await self.consumer.seek_to_beginning(*tps)
         ends = await self.consumer.end_offsets(tps)
         self._task = asyncio.create_task(self._follow(tps, ends))
@@ -157,8 +156,10 @@ class OutcomeIndex:
         await self.consumer.stop()
 
 
-def _reader(bootstrap: str) -> AIOKafkaConsumer:
+def _reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """All of `topic`, no group, committed messages only."""
     return AIOKafkaConsumer(
+        topic,
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
@@ -179,13 +180,18 @@ class AgentClient:
             enable_idempotence=True,
             max_request_size=MAX_MESSAGE_BYTES,
         )
-        self.index = OutcomeIndex(_reader(bootstrap_servers), Topic.DECISIONS.full(topic_prefix))
+        decisions = Topic.DECISIONS.full(topic_prefix)
+        self.index = OutcomeIndex(_reader(bootstrap_servers, decisions), decisions)
         self.sent: dict[str, str] = {}
         """Content hashes of the ids this client has sent, for conflicts still in flight."""
 
     async def start(self) -> None:
         await self.producer.start()
-        await self.index.start()
+        try:
+            await self.index.start()
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         await self.index.stop()
@@ -246,12 +252,11 @@ class AgentClient:
     async def accepted(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
         """The session's accepted candidates, in the order they reached `state`, as of
         now (each as the candidate object that was accepted)."""
-        consumer = _reader(self.bootstrap)
         topic = Topic.STATE.full(self.prefix)
+        consumer = _reader(self.bootstrap, topic)
         await consumer.start()
         try:
             tps = await partitions(consumer, topic)
-            consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
             pending = {tp for tp in tps if ends[tp] > 0}

@@ -23,16 +23,17 @@ PARTITIONS_TIMEOUT_S = 10.0
 
 
 async def partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """The partitions of `topic` (a started consumer); LookupError if it does not exist."""
+    """The partitions of `topic`, once a started consumer subscribed to it without a group
+    holds them all; LookupError if the topic does not exist."""
+    if topic not in await consumer.topics():
+        raise LookupError(f"topic {topic} does not exist")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PARTITIONS_TIMEOUT_S
     while True:
-        found = topic in await consumer.topics() and consumer.partitions_for_topic(topic)
-        if found:
-            return [TopicPartition(topic, p) for p in sorted(found)]
-        if loop.time() > deadline:
-            raise LookupError(f"topic {topic} does not exist (or has no partitions)")
-        await asyncio.sleep(0.2)
+        held = sorted((tp for tp in consumer.assignment() if tp.topic == topic), key=str)
+        if held or loop.time() > deadline:
+            return sorted(held, key=lambda tp: tp.partition)
+        await asyncio.sleep(0.1)
 
 
 async def _resolve(
@@ -61,11 +62,10 @@ async def read_range(
     """Committed records of `topic` from `start` (inclusive) to `end` (exclusive), in
     offset order per partition, partitions one after another. `on_record(done, total)`
     reports progress."""
-    consumer = reader(settings)
+    consumer = reader(settings, topic)
     await consumer.start()
     try:
         tps = await partitions(consumer, topic)
-        consumer.assign(tps)
         firsts = await consumer.beginning_offsets(tps)
         lasts = await consumer.end_offsets(tps)
         begin = await _resolve(consumer, tps, start, firsts)
