@@ -6,9 +6,11 @@ each context chunk is judged by where it came from and what it says:
 
 * its **source** (`retrieval`, `tool`, `history`, `user`; a bare string is retrieval)
   must be one the route trusts to ground an answer (`grounding_sources`);
-* its normalised text must not **equal** the response, and must not **contain** the
-  whole response once the response is longer than a short span (`min_echo_chars`: a
-  one-word answer such as "Paris" legitimately appears inside real evidence).
+* its normalised text must not **equal** the response, nor **contain** the whole
+  response with no more than a short span around it (a speaker label, "you said"), once
+  the response itself is longer than a short span (`short_span`). A one-word answer
+  such as "Paris" legitimately appears in short evidence, and an extractive answer is a
+  sentence of a longer retrieved passage: both still count.
 
 Samples are judged the same way: copies of the response, or of each other, count once,
 and the consistency stage needs `min_distinct` distinct samples before it may commit.
@@ -40,9 +42,9 @@ class Source(StrEnum):
 DEFAULT_GROUNDING_SOURCES = frozenset({Source.RETRIEVAL, Source.TOOL})
 """Sources that ground an answer unless a route says otherwise."""
 
-MIN_ECHO_CHARS = 48
-"""A chunk containing the whole normalised response is an echo once the response is at
-least this long (about eight words); shorter answers are spans real evidence contains."""
+SHORT_SPAN_CHARS = 24
+"""A short span, in normalised characters (about four words): a response longer than
+this, inside a chunk that adds no more than this around it, is an echo of itself."""
 
 
 class Exclusion(StrEnum):
@@ -107,7 +109,7 @@ def exclusion(
     chunk: Chunk,
     response: str,
     grounding_sources: Collection[Source] = DEFAULT_GROUNDING_SOURCES,
-    min_echo_chars: int = MIN_ECHO_CHARS,
+    short_span: int = SHORT_SPAN_CHARS,
 ) -> Exclusion | None:
     """Why `chunk` is not evidence for `response`, or None when it counts."""
     if chunk.source not in grounding_sources:
@@ -115,7 +117,8 @@ def exclusion(
     said, text = normalise(response), normalise(chunk.text)
     if text == said:
         return Exclusion.EQUALS_RESPONSE
-    if said and len(said) >= min_echo_chars and said in text:
+    wrapped = len(text) - len(said) <= short_span
+    if len(said) > short_span and wrapped and said in text:
         return Exclusion.CONTAINS_RESPONSE
     return None
 
@@ -124,13 +127,13 @@ def assess_context(
     chunks: Sequence[Chunk],
     response: str,
     grounding_sources: Collection[Source] = DEFAULT_GROUNDING_SOURCES,
-    min_echo_chars: int = MIN_ECHO_CHARS,
+    short_span: int = SHORT_SPAN_CHARS,
 ) -> ContextEvidence:
     """Sort a candidate's chunks into those that count and those that do not (and why)."""
     counted: list[int] = []
     excluded: list[tuple[int, Source, Exclusion]] = []
     for i, chunk in enumerate(chunks):
-        why = exclusion(chunk, response, grounding_sources, min_echo_chars)
+        why = exclusion(chunk, response, grounding_sources, short_span)
         if why is None:
             counted.append(i)
         else:

@@ -8,7 +8,7 @@ import pytest
 from pipeline.errors import PolicyError
 from pipeline.provenance import (
     DEFAULT_GROUNDING_SOURCES,
-    MIN_ECHO_CHARS,
+    SHORT_SPAN_CHARS,
     Chunk,
     Exclusion,
     Source,
@@ -34,18 +34,23 @@ class TestExclusion:
     def test_a_chunk_equal_to_the_response_is_not_evidence(self):
         assert exclusion(Chunk("Paris."), "paris") is Exclusion.EQUALS_RESPONSE
 
-    def test_a_chunk_containing_a_long_response_is_not_evidence(self):
+    def test_the_response_wrapped_in_a_short_span_is_not_evidence(self):
         chunk = Chunk(f"Earlier you said: {LONG.upper()} Thanks.")
         assert exclusion(chunk, LONG) is Exclusion.CONTAINS_RESPONSE
 
     def test_a_short_answer_inside_real_evidence_counts(self):
         assert exclusion(Chunk("Paris is the capital of France."), "Paris") is None
 
-    def test_containment_starts_at_the_short_span_length(self):
-        at = "a" * MIN_ECHO_CHARS
-        below = "a" * (MIN_ECHO_CHARS - 1)
-        assert exclusion(Chunk(f"x {at} y"), at) is Exclusion.CONTAINS_RESPONSE
-        assert exclusion(Chunk(f"x {below} y"), below) is None
+    def test_an_extractive_answer_from_a_longer_passage_counts(self):
+        passage = f"{LONG} It was built for the 1889 World's Fair in Paris."
+        assert exclusion(Chunk(passage), LONG) is None
+
+    def test_both_limits_are_the_short_span(self):
+        span = SHORT_SPAN_CHARS
+        long, short = "a" * (span + 1), "a" * span
+        assert exclusion(Chunk(f"{long} {'b' * (span - 1)}"), long) is Exclusion.CONTAINS_RESPONSE
+        assert exclusion(Chunk(f"{long} {'b' * span}"), long) is None
+        assert exclusion(Chunk(f"{short} b"), short) is None
 
     @pytest.mark.parametrize("source", [Source.HISTORY, Source.USER])
     def test_untrusted_sources_do_not_ground_by_default(self, source):
