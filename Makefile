@@ -41,7 +41,7 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 
 bench: venv
-	$(PY) -m tests.benchmarks.geometry_throughput
+	$(VENV)/bin/groundstream bench geometry
 
 kafka-start:
 	deploy/kafka/local.sh start

@@ -13,6 +13,7 @@ import click
 
 from pipeline.errors import PolicyError
 from topics.names import Topic
+from workers.bench import commands as bench_commands
 from workers.runtime.settings import Settings
 
 T = TypeVar("T")
@@ -529,6 +530,122 @@ def replay(
         with out_file.open("wb") as out:
             write_changes(run, out)
     render_summary(run)
+
+
+@main.group()
+def encoder() -> None:
+    """The sentence encoder (GROUNDSTREAM_ENCODER_BACKEND: torch or onnx)."""
+
+
+@encoder.command("export")
+@click.option("--model", type=click.Path(exists=True, file_okay=False), help="Model directory.")
+def encoder_export(model: str | None) -> None:
+    """Export the encoder to ONNX once (needs torch and onnx), into ~/.cache/groundstream."""
+    from pipeline.encoder import default_model_path
+    from pipeline.onnx_encoder import export_onnx
+
+    click.echo(export_onnx(Path(model) if model else default_model_path()))
+
+
+main.add_command(bench_commands.bench)
+
+
+@main.command()
+@click.option("--source", required=True, help="The topic to gate (its full name).")
+@click.option(
+    "--preset",
+    type=click.Choice(["openai-chat", "openai-responses"]),
+    default=None,
+    help="Read the source as this shape (default: the policy's [attach] mapping).",
+)
+@click.option("--pass-through", "pass_through", default=None, help="Default <source>.passthrough.")
+@click.option("--group", default=None, help="Consumer group (default <prefix>groundstream-attach).")
+@click.option("--until-idle", type=float, default=None, help="Stop after S idle seconds.")
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+def attach(
+    source: str,
+    preset: str | None,
+    pass_through: str | None,
+    group: str | None,
+    until_idle: float | None,
+    policy: str | None,
+) -> None:
+    """Gate an existing topic: its answers become candidates, the rest passes through."""
+    from pipeline.attach import AttachMapping
+    from workers.runtime.attach import attach as run_attach
+
+    settings = _settings(policy)
+    if preset is not None:
+        mapping = AttachMapping.parse({"preset": preset})
+    else:
+        mapping = _policy(settings).attach
+    if mapping is None:
+        raise click.UsageError("no [attach] mapping in the policy: add one, or pass --preset")
+    counts = asyncio.run(
+        run_attach(
+            settings,
+            source,
+            mapping,
+            pass_through=pass_through,
+            group=group,
+            until_idle=until_idle,
+        )
+    )
+    names = ("candidates", "pass_through", "deadletter", "duplicate")
+    click.echo("attached: " + " ".join(f"{n}={counts[n]}" for n in names), err=True)
+
+
+@main.group()
+def audit() -> None:
+    """The decision log that proves itself: record the audit chain, verify it."""
+
+
+@audit.command("record")
+def audit_record() -> None:
+    """Run the audit recorder: decisions → audit (chained) and decisions.public."""
+    from workers.runtime.audit import key_from_env
+    from workers.runtime.recorder import run_recorder
+
+    settings = _settings()
+    _policy(settings)
+    run_recorder(settings, key_from_env())
+
+
+@audit.command("verify")
+@click.option("--session", default=None, help="Verify this session's chain only.")
+@click.option("--from", "start", default=None, help="Start at this offset or ISO time.")
+@click.option(
+    "--grace",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Trails newer than this (seconds before the newest record) are in flight.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
+def audit_verify(session: str | None, start: str | None, grace: float, as_json: bool) -> None:
+    """Check the audit log; exit 0 only when it is intact (GROUNDSTREAM_AUDIT_KEY if keyed)."""
+    from pipeline.replay import parse_position
+    from topics.codec import dumps
+    from workers.runtime.audit import (
+        AuditScope,
+        audit_verify,
+        key_from_env,
+        render_report,
+        report_dict,
+    )
+
+    try:
+        position = None if start is None else parse_position(start)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    try:
+        report = audit_verify(_settings(), AuditScope(position, session, grace), key_from_env())
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(dumps(report_dict(report)).decode())
+    render_report(report)
+    sys.exit(0 if report.intact else 1)
 
 
 if __name__ == "__main__":
