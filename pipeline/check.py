@@ -67,10 +67,13 @@ def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
         kind = type(score).__name__
         raise TypeError(f"check() takes SGIResult, DGIResult, GroundingScore or Check, not {kind}")
     if score.flagged:
+        out_of_range = isinstance(score, GroundingScore) and score.out_of_range
         return Check(
             "Cannot be scored",
             Level.REVIEW,
-            "The geometric score is not usable; a later stage must decide.",
+            "The model was not fitted on answers like this one; a later stage must decide."
+            if out_of_range
+            else "The geometric score is not usable; a later stage must decide.",
             score.flag_reason,
             score.method,
             score.value,

@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
 from pipeline.results import GroundingScore, SGIResult
 from pipeline.support import measure_support, ngram_precision
@@ -106,12 +107,17 @@ def _share(flags: Iterable[bool]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class GroundingModel:
-    """Logistic regression over `features`; `probability` is P(grounded)."""
+    """Logistic regression over `features`; `probability` is P(grounded).
+
+    `domain` is what it was fitted on (`pipeline.domain`); a policy written before domains
+    were recorded has none, and its model is trusted everywhere as before.
+    """
 
     features: tuple[str, ...]
     coefficients: tuple[float, ...]
     intercept: float
     metrics: Mapping[str, float] = field(default_factory=dict)
+    domain: Domain | None = None
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -131,19 +137,22 @@ class GroundingModel:
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "features": list(self.features),
             "coefficients": list(self.coefficients),
             "intercept": self.intercept,
             "metrics": dict(self.metrics),
         }
+        if self.domain is not None:
+            out["domain"] = self.domain.to_dict()
+        return out
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> GroundingModel | None:
         """The model of a policy's `[grounding]` table; None when the table is empty."""
         if not data:
             return None
-        known = {"features", "coefficients", "intercept", "metrics"}
+        known = {"features", "coefficients", "intercept", "metrics", "domain"}
         for key in data:
             if key not in known:
                 raise PolicyError(
@@ -162,16 +171,39 @@ class GroundingModel:
         metrics = data.get("metrics", {})
         if not isinstance(metrics, Mapping):
             raise PolicyError("grounding.metrics", metrics, "a table")
+        domain = data.get("domain")
+        if domain is not None and not isinstance(domain, Mapping):
+            raise PolicyError("grounding.domain", domain, "a table")
         return cls(
-            tuple(features), tuple(float(c) for c in coefficients), float(intercept), dict(metrics)
+            tuple(features),
+            tuple(float(c) for c in coefficients),
+            float(intercept),
+            dict(metrics),
+            None if domain is None else Domain.from_mapping(domain, "grounding.domain"),
         )
 
 
 def score_grounding(
-    model: GroundingModel, question: str, context: Sequence[str], response: str, sgi: SGIResult
+    model: GroundingModel,
+    question: str,
+    context: Sequence[str],
+    response: str,
+    sgi: SGIResult,
+    task: str | None = None,
 ) -> GroundingScore:
-    """Combine one response's SGI and support into P(grounded); a flagged SGI stays flagged."""
+    """Combine one response's SGI and support into P(grounded); a flagged SGI stays flagged.
+
+    An answer outside the model's fitted domain keeps its probability but is flagged with
+    the reason (`GroundingScore.out_of_range`), so it escalates instead of being accepted
+    or rejected on a model that never saw its like. `task` is the candidate's task kind,
+    when it names one.
+    """
     features = grounding_features(question, context, response, sgi)
     if sgi.flagged:
         return GroundingScore(0.0, sgi, features, flagged=True, flag_reason=sgi.flag_reason)
-    return GroundingScore(model.probability(features), sgi, features)
+    p = model.probability(features)
+    if model.domain is None:
+        return GroundingScore(p, sgi, features)
+    shape = shape_inputs(response, sgi.context_windows, bool(context))
+    reason = model.domain.outside({**features, **shape}, task)
+    return GroundingScore(p, sgi, features, flagged=bool(reason), flag_reason=reason)

@@ -63,8 +63,17 @@ class GroundingScore:
     flagged: bool = False
     flag_reason: str = ""
 
+    @property
+    def out_of_range(self) -> str:
+        """Why the model's fitted domain does not cover this answer ("" when it does): a
+        flag of the probability, not of the SGI beneath it."""
+        return self.flag_reason if self.flagged and not self.sgi.flagged else ""
+
     def to_dict(self) -> dict[str, object]:
-        return {"probability": self.value, "features": dict(self.features)}
+        out: dict[str, object] = {"probability": self.value, "features": dict(self.features)}
+        if self.out_of_range:
+            out["out_of_range"] = self.out_of_range
+        return out
 
 
 GeometryResult = SGIResult | DGIResult

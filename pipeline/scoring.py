@@ -26,8 +26,10 @@ def score_batch(
     encoder: Encoder,
     reference: Vector | None,
     model: GroundingModel | None = None,
+    tasks: Sequence[str | None] | None = None,
 ) -> list[SGIResult | DGIResult | GroundingScore]:
-    """The score of every item, in order."""
+    """The score of every item, in order; `tasks` are the items' task kinds, when known,
+    checked against the grounding model's fitted domain."""
     with_ctx = [i for i, (_, chunks, _) in enumerate(items) if chunks is not None]
     without = [i for i, (_, chunks, _) in enumerate(items) if chunks is None]
     out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(items)
@@ -37,7 +39,14 @@ def score_batch(
         out[i] = (
             result
             if model is None
-            else score_grounding(model, question, tuple(chunks or ()), response, result)
+            else score_grounding(
+                model,
+                question,
+                tuple(chunks or ()),
+                response,
+                result,
+                None if tasks is None else tasks[i],
+            )
         )
     if without:
         if reference is None:

@@ -255,10 +255,16 @@ class GeometryPayload:
 
 
 def _grounding(data: Any, sgi: SGIResult) -> GroundingScore:
-    if not isinstance(data, dict) or set(data) != {"probability", "features"}:
+    if not isinstance(data, dict) or not (
+        {"probability", "features"} <= set(data) <= {"probability", "features", "out_of_range"}
+    ):
         raise MalformedMessage(
             "wrong type: geometry.grounding must be an object of probability and features"
+            " (and out_of_range)"
         )
+    out_of_range = data.get("out_of_range", "")
+    if not isinstance(out_of_range, str):
+        raise MalformedMessage("wrong type: geometry.grounding.out_of_range must be a reason")
     p, features = data["probability"], data["features"]
     if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
         raise MalformedMessage("bad value: geometry.grounding.probability must be in [0, 1]")
@@ -269,6 +275,8 @@ def _grounding(data: Any, sgi: SGIResult) -> GroundingScore:
         raise MalformedMessage(
             "wrong type: geometry.grounding.features must map names to finite numbers"
         )
+    if out_of_range and not sgi.flagged:  # outside the model's domain: flagged, escalates
+        return GroundingScore(float(p), sgi, features, flagged=True, flag_reason=out_of_range)
     return GroundingScore(float(p), sgi, features, flagged=sgi.flagged, flag_reason=sgi.flag_reason)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.domain import Domain
 from pipeline.errors import ScoringError
 from pipeline.fit.calibrate import strong_pass_cut
 from pipeline.fit.metrics import auroc, youden_threshold
@@ -147,6 +148,8 @@ def fit_grounding(
     folds: int = 5,
     max_accept_error: float = 0.05,
     l2: float = 1.0,
+    shapes: Sequence[Mapping[str, float]] | None = None,
+    tasks: Sequence[str | None] | None = None,
 ) -> GroundingFit:
     """Fit P(grounded) and its cuts on labelled feature rows.
 
@@ -155,6 +158,8 @@ def fit_grounding(
     at most `max_accept_error` ungrounded examples — the same rules `fit_thresholds` uses
     for SGI. With `contexts` (one string per row naming its source) the metrics also hold
     `folds`-fold cross-validated figures, grouped by context (see `cross_validate`).
+    The model records its domain: the range of every feature, and of each row's `shapes`
+    (`pipeline.domain.shape_inputs`) and the task kinds in `tasks`, when given.
     """
     y = np.asarray(labels, dtype=bool)
     x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
@@ -174,10 +179,15 @@ def fit_grounding(
                 x, y, group, contexts, folds=folds, max_accept_error=max_accept_error, l2=l2
             )
         )
+    inputs = [
+        {**{name: float(row[name]) for name in FEATURES}, **(shapes[i] if shapes else {})}
+        for i, row in enumerate(rows)
+    ]
     model = GroundingModel(
         FEATURES,
         tuple(float(c) for c in coefficients),
         intercept,
         {**metrics, "accepts_nothing": float(nothing), "max_accept_error": max_accept_error},
+        Domain.fitted(inputs, tasks or ()),
     )
     return GroundingFit(model, accept, review)

@@ -158,11 +158,12 @@ class TestConstruction:
             GroundingSwitch(accept_threshold_dgi=bad)
 
     @pytest.mark.parametrize(
-        ("strong", "review"), [(math.inf, 0.95), (1.2, -math.inf), (math.inf, math.inf)]
+        ("strong", "review"), [(-math.inf, -math.inf), (1.2, -math.inf), (math.inf, math.inf)]
     )
     def test_thresholds_must_be_finite(self, strong, review):
-        # The error promises "a finite number"; an infinite cut silently disables a zone
-        # (sgi_strong_pass = inf never accepts, sgi_review = -inf never rejects).
+        # An infinite cut silently disables a zone (sgi_review = -inf never rejects); only
+        # sgi_strong_pass = inf is allowed, as the explicit "accept nothing"
+        # (tests/unit/test_accept_nothing.py).
         with pytest.raises(PolicyError) as info:
             Thresholds(sgi_strong_pass=strong, sgi_review=review)
         assert "thresholds." in str(info.value)

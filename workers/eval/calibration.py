@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tomli_w
 
+from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
 from pipeline.fit.calibrate import fit_reference_direction, fit_thresholds_from_scores
 from pipeline.fit.grounding import fit_grounding
@@ -39,6 +40,7 @@ class Example:
     context: tuple[str, ...] | None
     response: str
     grounded: bool
+    task: str | None = None
 
 
 def examples_from(path: Path, limit: int | None) -> list[Example]:
@@ -47,7 +49,16 @@ def examples_from(path: Path, limit: int | None) -> list[Example]:
         c = item.candidate
         ctx = c.get("context")
         chunks = None if ctx is None else ((ctx,) if isinstance(ctx, str) else tuple(ctx))
-        out.append(Example(path.name, c["question"], chunks, c["response"], item.grounded))
+        out.append(
+            Example(
+                path.name,
+                c["question"],
+                chunks,
+                c["response"],
+                item.grounded,
+                task_of(c.get("metadata")),
+            )
+        )
     return out
 
 
@@ -132,6 +143,11 @@ def calibrate(
             [e.group for e in with_ctx],
             contexts=["\n".join(e.context or ()) for e in with_ctx],
             max_accept_error=max_accept_error,
+            shapes=[
+                shape_inputs(e.response, r.context_windows, True)
+                for r, e in zip(sgi, with_ctx, strict=True)
+            ],
+            tasks=[e.task for e in with_ctx],
         )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}

@@ -16,6 +16,8 @@ What the figures mean (``grounded`` = the label says the answer is right):
   ``ungrounded_to_state``: the same for ungrounded answers; ``state_ungrounded_share``:
   share of the answers reaching state that are ungrounded (None when none did);
   ``escalation_rate``: share of answers not in state.
+  ``out_of_range_share`` / ``grounded_out_of_range_share``: share of answers (of grounded
+  answers) whose P(grounded) was flagged outside the model's fitted domain (they escalate).
 * Length-matched state figures (``*_length_matched``): direct standardisation over
   response-length bins. Lengths are cut into quantile bins; in each bin holding both
   classes the per-class rate of reaching state is measured, and the rates are averaged
@@ -87,6 +89,7 @@ class _Candidate:
     method: str | None = None
     score: float | None = None
     grounding_probability: float | None = None
+    out_of_range: bool = False
     stages: list[str] = field(default_factory=list)
 
 
@@ -127,6 +130,7 @@ def _collect(
             evidence = record.get("evidence")
             if isinstance(evidence, Mapping):
                 cand.grounding_probability = _finite(evidence.get("grounding_probability"))
+                cand.out_of_range = bool(evidence.get("out_of_range"))
     return found, unlabelled
 
 
@@ -262,6 +266,10 @@ def summarize(
         ungrounded_to_state=_share(int((in_state & ~grounded).sum()), int((~grounded).sum())),
         state_ungrounded_share=_share(int((in_state & ~grounded).sum()), n_state),
         escalation_rate=_share(n - n_state, n),
+        out_of_range_share=_share(sum(c.out_of_range for c in done.values()), n),
+        grounded_out_of_range_share=_share(
+            sum(c.out_of_range for c in done.values() if c.grounded), int(grounded.sum())
+        ),
     )
     metrics.update(_length_matched_state(in_state, grounded, lens))
     metrics["elapsed_seconds"] = float(elapsed_seconds)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
+from pipeline.domain import task_of
 from pipeline.results import GroundingScore
 from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scoring import score_batch
@@ -76,6 +77,7 @@ class GeometryStage:
             encoder,
             reference,
             ctx.policy.grounding,
+            [task_of(env.candidate.metadata) for env, _ in ready],
         )
         thresholds = ctx.policy.thresholds_dict()
         for (env, started), scored in zip(ready, results, strict=True):
@@ -89,6 +91,8 @@ class GeometryStage:
             if isinstance(scored, GroundingScore):
                 evidence["grounding_probability"] = scored.value
                 evidence["features"] = dict(scored.features)
+                if scored.out_of_range:
+                    evidence["out_of_range"] = scored.out_of_range
             emits += conclude(
                 ctx,
                 env,
