@@ -286,7 +286,14 @@ def rank_windows(
         raise ScoringError("give vectors for both claims and windows, or for neither")
     if not windows:
         return tuple(() for _ in claims)
-    score = np.array([[lexical_overlap(c, w) for w in windows] for c in claims], dtype=float)
+    window_keys = [_content_keys(w) for w in windows]  # once per window, not per pair
+    score = np.zeros((len(claims), len(windows)))
+    for i, claim in enumerate(claims):
+        own = _content_keys(claim)
+        if not own:
+            score[i] = 1.0
+            continue
+        score[i] = [len(own & keys) / len(own) for keys in window_keys]
     if claim_vectors is not None and window_vectors is not None:
         if claim_vectors.shape[0] != len(claims) or window_vectors.shape[0] != len(windows):
             raise ScoringError("vector rows must match the claims and windows")
