@@ -1,0 +1,28 @@
+"""The fault suite: the whole ladder on a real broker, one process per stage, broken on
+purpose (workers and broker killed with SIGKILL, the broker stopped), then audited.
+
+Reuses the integration suite's broker fixture; every test here is marked `integration`
+and `fault`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import kafka_bootstrap, topic_prefix
+
+__all__ = ["kafka_bootstrap", "topic_prefix"]
+
+FAULTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            item.path.resolve().relative_to(FAULTS_DIR)
+        except ValueError:
+            continue
+        item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.fault)
