@@ -18,7 +18,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pipeline import thresholds as th
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.grounding import GroundingModel
@@ -46,6 +45,21 @@ _SECTIONS = frozenset(
 )
 
 
+ROUTE_FIT_SECTIONS = ("thresholds", "grounding", "calibration")
+"""A route's own fit, written by `calibrate --route NAME` as `[routes.NAME.thresholds]` and
+`[routes.NAME.grounding]` (with its provenance in `[routes.NAME.calibration]`): an
+extractive-QA route and a summarising route are different populations. A route without
+them uses the policy's top-level fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFit:
+    """A route's own cuts (its table's cuts over the policy's) and, if fitted, its model."""
+
+    thresholds: Thresholds
+    grounding: GroundingModel | None
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """A validated policy. Build with `parse_policy` / `load_policy`."""
@@ -65,11 +79,23 @@ class Policy:
     calibration: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<built-in>"
     sha256: str = ""
+    route_fits: Mapping[str, RouteFit] = field(default_factory=lambda: MappingProxyType({}))
 
     def switch(self, route: RouteConfig | None = None) -> GroundingSwitch:
-        """The switch for a route: the policy's thresholds, the route's on_reject."""
-        on_reject = route.on_reject if route is not None else self.on_reject
-        return GroundingSwitch.from_thresholds(self.thresholds, on_reject)
+        """The switch for a route: the route's thresholds, the route's on_reject."""
+        if route is None:
+            return GroundingSwitch.from_thresholds(self.thresholds, self.on_reject)
+        return GroundingSwitch.from_thresholds(self.thresholds_for(route.name), route.on_reject)
+
+    def thresholds_for(self, route: str) -> Thresholds:
+        """The cuts a route's candidates are judged by: its own fit's, else the policy's."""
+        fit = self.route_fits.get(route)
+        return self.thresholds if fit is None else fit.thresholds
+
+    def grounding_for(self, route: str) -> GroundingModel | None:
+        """The grounding model a route's candidates are scored by: its own, else the policy's."""
+        fit = self.route_fits.get(route)
+        return self.grounding if fit is None or fit.grounding is None else fit.grounding
 
     def route(self, name: str) -> RouteConfig:
         """The named route; an unknown name fails closed to a route in `off` mode."""
@@ -77,8 +103,8 @@ class Policy:
             return self.routes[name]
         return RouteConfig(name=name, mode=Mode.OFF)
 
-    def thresholds_dict(self) -> dict[str, float]:
-        return self.thresholds.to_dict()
+    def thresholds_dict(self, route: str | None = None) -> dict[str, float]:
+        return (self.thresholds if route is None else self.thresholds_for(route)).to_dict()
 
 
 def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -104,14 +130,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
     version = meta.get("version", "unversioned")
     if not isinstance(version, str) or not version:
         raise PolicyError("policy.version", version, "a non-empty string")
-    t = _section(data, "thresholds")
-    thresholds = Thresholds(
-        _number(t, "thresholds", "sgi_strong_pass", th.SGI_STRONG_PASS),
-        _number(t, "thresholds", "sgi_review", th.SGI_REVIEW),
-        _number(t, "thresholds", "dgi_pass", th.DGI_PASS),
-        _number(t, "thresholds", "grounding_accept", th.GROUNDING_ACCEPT),
-        _number(t, "thresholds", "grounding_review", th.GROUNDING_REVIEW),
-    )
+    thresholds = _thresholds(_section(data, "thresholds"), "thresholds", Thresholds())
     on_reject = parse_on_reject(
         _section(data, "switch").get("on_reject", "fallback"), "switch.on_reject"
     )
@@ -129,9 +148,19 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
             raise PolicyError("reference.dgi_mu", "…", "a list of numbers (the unit direction μ̂)")
         reference = tuple(float(x) for x in reference)
     routes_raw = _section(data, "routes")
-    routes = {
-        name: RouteConfig.from_mapping(name, _section(routes_raw, name)) for name in routes_raw
-    } or {"default": RouteConfig()}
+    routes: dict[str, RouteConfig] = {}
+    route_fits: dict[str, RouteFit] = {}
+    for name in routes_raw:
+        table = _section(routes_raw, name)
+        settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
+        routes[name] = RouteConfig.from_mapping(name, settings)
+        if "thresholds" in table or "grounding" in table:
+            cuts = _section(table, "thresholds")
+            route_fits[name] = RouteFit(
+                _thresholds(cuts, f"routes.{name}.thresholds", thresholds),
+                GroundingModel.from_mapping(_section(table, "grounding")),
+            )
+    routes = routes or {"default": RouteConfig()}
     return Policy(
         version=version,
         thresholds=thresholds,
@@ -146,6 +175,14 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         calibration=MappingProxyType(dict(_section(data, "calibration"))),
         source=source,
         sha256=sha256,
+        route_fits=MappingProxyType(route_fits),
+    )
+
+
+def _thresholds(table: Mapping[str, Any], prefix: str, base: Thresholds) -> Thresholds:
+    """The cuts of a `thresholds` table; a cut it leaves out is `base`'s."""
+    return Thresholds(
+        *(_number(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__)
     )
 
 

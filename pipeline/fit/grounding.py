@@ -78,15 +78,29 @@ def _probability(x: np.ndarray, coefficients: np.ndarray, intercept: float) -> n
     return 1.0 / (1.0 + np.exp(-np.clip(intercept + x @ coefficients, -50, 50)))
 
 
+def fit_cuts(p: np.ndarray, y: np.ndarray, max_accept_error: float) -> tuple[float, float, bool]:
+    """(accept, review, accepts-nothing) for probabilities `p` with labels `y`: review at
+    Youden's J, accept the lowest cut at or above it whose accepted set holds at most
+    `max_accept_error` ungrounded answers (inf when none does)."""
+    review = youden_threshold(p, y)
+    accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
+    return float(accept), review, nothing
+
+
+def operating_point(p: np.ndarray, y: np.ndarray, accept: float) -> tuple[float, float]:
+    """(share of grounded answers accepted, share of accepted answers that are ungrounded)
+    when `p >= accept` auto-accepts."""
+    return _accept_figures(np.asarray(p) >= accept, np.asarray(y, dtype=bool))
+
+
 def _fit_with_cuts(
     x: np.ndarray, y: np.ndarray, groups: np.ndarray, max_accept_error: float, l2: float
 ) -> tuple[np.ndarray, float, np.ndarray, float, float, bool]:
     """Coefficients, intercept, fitted probabilities, review cut, accept cut, accepts-nothing."""
     coefficients, intercept = fit_logistic(x, y, _balanced_weights(groups), l2)
     p = _probability(x, coefficients, intercept)
-    review = youden_threshold(p, y)
-    accept, nothing = strong_pass_cut(p, y, review, max_accept_error)
-    return coefficients, intercept, p, review, float(accept), nothing
+    accept, review, nothing = fit_cuts(p, y, max_accept_error)
+    return coefficients, intercept, p, review, accept, nothing
 
 
 def _fold_of(key: str, folds: int) -> int:

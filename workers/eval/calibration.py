@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,9 +24,15 @@ import tomli_w
 
 from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
-from pipeline.fit.calibrate import fit_reference_direction, fit_thresholds_from_scores
-from pipeline.fit.grounding import fit_grounding
+from pipeline.errors import PolicyError
+from pipeline.fit.calibrate import (
+    FitResult,
+    fit_reference_direction,
+    fit_thresholds_from_scores,
+)
+from pipeline.fit.grounding import GroundingFit, fit_grounding
 from pipeline.grounding import FEATURES, grounding_features
+from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL
 from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
@@ -93,23 +100,19 @@ def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def calibrate(
-    data: Sequence[Path],
-    out: Path,
+def fit_examples(
+    examples: Sequence[Example],
     *,
-    reference: Path | None,
+    mu: np.ndarray | None,
     max_accept_error: float,
-    limit: int | None,
     encoder: SentenceEncoder,
-    command: str,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Fit and write a policy file; returns the fitted sections for the CLI to print."""
-    started = time.time()
-    examples = [e for path in data for e in examples_from(path, limit)]
+) -> tuple[FitResult, GroundingFit | None]:
+    """The SGI / DGI cuts and the grounding model (with its cuts and domain) fitted on
+    labelled examples: the one procedure behind `calibrate`, `--route` and
+    `--from-decisions`."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
-    mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
     sgi = _in_batches(
         with_ctx,
         64,
@@ -149,6 +152,46 @@ def calibrate(
             ],
             tasks=[e.task for e in with_ctx],
         )
+    return fit, grounding
+
+
+def fitted_sections(fit: FitResult, grounding: GroundingFit | None) -> dict[str, Any]:
+    """The `thresholds` and `grounding` tables of a fit, as a policy (or a route) holds them."""
+    thresholds: dict[str, float] = {
+        "sgi_strong_pass": fit.sgi_strong_pass,
+        "sgi_review": fit.sgi_review,
+    }
+    if not fit.metrics.get("dgi_default_kept"):
+        thresholds["dgi_pass"] = fit.dgi_pass
+    out: dict[str, Any] = {"thresholds": thresholds}
+    if grounding is not None:
+        thresholds["grounding_accept"] = grounding.accept
+        thresholds["grounding_review"] = grounding.review
+        out["grounding"] = {
+            **grounding.model.to_dict(),
+            "metrics": _clean(dict(grounding.model.metrics)),
+        }
+    return out
+
+
+def calibrate(
+    data: Sequence[Path],
+    out: Path,
+    *,
+    reference: Path | None,
+    max_accept_error: float,
+    limit: int | None,
+    encoder: SentenceEncoder,
+    command: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Fit and write a policy file; returns the fitted sections for the CLI to print."""
+    started = time.time()
+    examples = [e for path in data for e in examples_from(path, limit)]
+    mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
+    fit, grounding = fit_examples(
+        examples, mu=mu, max_accept_error=max_accept_error, encoder=encoder, progress=progress
+    )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}
     # The version names the fit: same data, options and encoder give the same suffix.
@@ -173,11 +216,7 @@ def calibrate(
         "encoder": {
             "model": encoder.model_id if encoder.model_id != DEFAULT_MODEL_ID else DEFAULT_MODEL_ID
         },
-        "thresholds": {
-            "sgi_strong_pass": fit.sgi_strong_pass,
-            "sgi_review": fit.sgi_review,
-            "dgi_pass": fit.dgi_pass,
-        },
+        "thresholds": {**fitted_sections(fit, None)["thresholds"], "dgi_pass": fit.dgi_pass},
         "switch": {"on_reject": "fallback"},
         "calibration": {
             "data": {name: {"sha256": digest} for name, digest in hashes.items()},
@@ -204,6 +243,7 @@ def calibrate(
             },
         },
     }
+    policy.update(_kept_settings(out))
     if mu is not None:
         policy["reference"] = {
             "fitted_on": reference.name if reference else "",
@@ -212,14 +252,99 @@ def calibrate(
             "dgi_mu": [float(x) for x in mu],
         }
     if grounding is not None:
-        policy["thresholds"]["grounding_accept"] = grounding.accept
-        policy["thresholds"]["grounding_review"] = grounding.review
-        policy["grounding"] = {
-            **grounding.model.to_dict(),
-            "metrics": _clean(dict(grounding.model.metrics)),
-        }
+        sections = fitted_sections(fit, grounding)
+        policy["thresholds"].update(sections["thresholds"])
+        policy["grounding"] = sections["grounding"]
     write_policy(policy, out)
     return policy
+
+
+KEPT_SECTIONS = ("routes", "rules", "consistency", "judge")
+"""What refitting leaves as the policy file has it: settings people edit, and routes' own
+fits (refit with `--route`). Only the numbers `calibrate` fits are rewritten."""
+
+
+def _kept_settings(out: Path) -> dict[str, Any]:
+    """The `KEPT_SECTIONS` of the policy already at `out` (none when there is none)."""
+    try:
+        existing = tomllib.loads(out.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {name: existing[name] for name in KEPT_SECTIONS if name in existing}
+
+
+def write_fit(
+    out: Path, route: str | None, sections: dict[str, Any], provenance: dict[str, Any]
+) -> dict[str, Any]:
+    """Write a fit into the existing policy `out` and give it a new version (the old one
+    plus a hash of what was fitted); everything else is left as it is.
+
+    With a `route`: `[routes.ROUTE.thresholds]`, `[routes.ROUTE.grounding]` and the
+    provenance in `[routes.ROUTE.calibration]`; a route the policy lacks is added with the
+    default route's settings. Without: the top-level cuts and model, the provenance in
+    `[calibration.refit]`. Refuses (PolicyError) to write a policy that would not load.
+    """
+    try:
+        policy = tomllib.loads(out.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError(
+            "policy file", str(out), f"an existing policy to write the fit into ({exc})"
+        ) from None
+    if route is None:
+        policy.setdefault("thresholds", {}).update(sections["thresholds"])
+        if "grounding" in sections:
+            policy["grounding"] = sections["grounding"]
+        policy.setdefault("calibration", {})["refit"] = provenance
+    else:
+        routes = policy.setdefault("routes", {})
+        table = routes.get(route, routes.get("default", {}))
+        settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
+        own = routes.get(route, {})
+        cuts = own.get("thresholds", {}) | sections["thresholds"]  # a cut not refitted stays
+        grounding = sections.get("grounding", own.get("grounding"))
+        fit = {"thresholds": cuts} | ({"grounding": grounding} if grounding else {})
+        routes[route] = settings | fit | {"calibration": provenance}
+    meta = policy.setdefault("policy", {})
+    base = str(meta.get("version", "unversioned")).split("+")[0]
+    fitted = repr((sections, sorted(policy.get("routes", {}))))
+    meta["version"] = f"{base}+{hashlib.sha256(fitted.encode()).hexdigest()[:8]}"
+    meta.setdefault("produced_by", provenance.get("produced_by", ""))
+    parse_policy(policy, source=str(out))
+    write_policy(policy, out)
+    return policy
+
+
+def calibrate_route(
+    data: Sequence[Path],
+    out: Path,
+    route: str,
+    *,
+    max_accept_error: float,
+    limit: int | None,
+    encoder: SentenceEncoder,
+    command: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """`calibrate --route ROUTE`: fit a route's own grounding model and cuts on DATA and
+    write them into the existing policy `out` (`write_fit`); returns the route's
+    sections for the CLI to print."""
+    started = time.time()
+    examples = [e for path in data for e in examples_from(path, limit)]
+    fit, grounding = fit_examples(
+        examples, mu=None, max_accept_error=max_accept_error, encoder=encoder, progress=progress
+    )
+    sections = fitted_sections(fit, grounding)
+    provenance = {
+        "produced_by": command,
+        "produced_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "data": {p.name: {"sha256": file_sha256(p)} for p in data},
+        "n": fit.n,
+        "max_accept_error": max_accept_error,
+        "seconds": round(time.time() - started, 1),
+        "fit": _clean(dict(fit.metrics)),
+    }
+    write_fit(out, route, sections, provenance)
+    return sections
 
 
 def write_policy(policy: dict[str, Any], out: Path) -> None:

@@ -14,7 +14,8 @@ import numpy as np
 
 from pipeline.check import check
 from pipeline.domain import task_of
-from pipeline.results import GroundingScore
+from pipeline.policy import Policy
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scoring import score_batch
 from topics.names import Topic
@@ -69,19 +70,10 @@ class GeometryStage:
         encoder = stage_encoder(ctx)
         # The encoder call runs in a thread so the consumer keeps heartbeating meanwhile.
         results = await asyncio.to_thread(
-            score_batch,
-            [
-                (c.question, c.context_chunks, c.response)
-                for c in (env.candidate for env, _ in ready)
-            ],
-            encoder,
-            reference,
-            ctx.policy.grounding,
-            [task_of(env.candidate.metadata) for env, _ in ready],
+            _score_by_route, [env for env, _ in ready], encoder, reference, ctx.policy
         )
-        thresholds = ctx.policy.thresholds_dict()
         for (env, started), scored in zip(ready, results, strict=True):
-            verdict = check(scored, ctx.policy.thresholds)
+            verdict = check(scored, ctx.policy.thresholds_for(env.route))
             result = scored.sgi if isinstance(scored, GroundingScore) else scored
             payload = GeometryPayload(scored)
             evidence: dict[str, Any] = {
@@ -105,13 +97,36 @@ class GeometryStage:
                 method=result.method,
                 level=verdict.level.value,
                 evidence=evidence,
-                thresholds=thresholds,
+                thresholds=ctx.policy.thresholds_dict(env.route),
                 update=lambda e, g=payload: replace(e, geometry=g),
             )
         return emits
 
     async def close(self) -> None:
         return None
+
+
+def _score_by_route(
+    envelopes: Sequence[Envelope], encoder: Any, reference: np.ndarray | None, policy: Policy
+) -> list[SGIResult | DGIResult | GroundingScore]:
+    """Each candidate scored by its route's grounding model (`calibrate --route`), else the
+    policy's; one `score_batch` per route in the batch."""
+    by_route: dict[str, list[int]] = {}
+    for i, env in enumerate(envelopes):
+        by_route.setdefault(env.route, []).append(i)
+    out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(envelopes)
+    for route, indices in by_route.items():
+        candidates = [envelopes[i].candidate for i in indices]
+        scored = score_batch(
+            [(c.question, c.context_chunks, c.response) for c in candidates],
+            encoder,
+            reference,
+            policy.grounding_for(route),
+            [task_of(c.metadata) for c in candidates],
+        )
+        for i, result in zip(indices, scored, strict=True):
+            out[i] = result
+    return out  # type: ignore[return-value]
 
 
 def _header(item: Inbound, name: str) -> str | None:

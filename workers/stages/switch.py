@@ -70,7 +70,7 @@ class SwitchStage(EnvelopeStage):
             method=decision.method,
             level=decision.level,
             evidence={"check": decision.check.render()},
-            thresholds=ctx.policy.thresholds_dict(),
+            thresholds=ctx.policy.thresholds_dict(route.name),
         )
 
     def observe(self, record: dict, ctx: StageContext) -> None:
