@@ -18,6 +18,12 @@ from pipeline.switch import SwitchAction, parse_on_reject
 ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
 """The exact string a route must carry before `active` mode will start (seed 003)."""
 
+BELOW_REVIEW_ON_REJECT = "on_reject"
+BELOW_REVIEW_JUDGE = "judge"
+BELOW_REVIEW_CHOICES = (BELOW_REVIEW_ON_REJECT, BELOW_REVIEW_JUDGE)
+"""Where an answer below the review cut goes when a judge is configured
+(`below_review_with_judge`): the route's on_reject as without one, or the judge."""
+
 
 class Mode(StrEnum):
     """How much of the decision is served."""
@@ -40,9 +46,24 @@ class RouteConfig:
     latch_escalation: bool = False
     breaker_threshold: int = 5
     breaker_cooldown_seconds: float = 30.0
+    below_review_with_judge: str = BELOW_REVIEW_ON_REJECT
+    """With a judge configured, answers below the review cut go here (`pipeline.deferral`)."""
+    judge_accept_cut: float | None = None
+    """With a judge configured, P(grounded) auto-accepts below this go to the judge."""
 
     def __post_init__(self) -> None:
         prefix = f"routes.{self.name}"
+        if self.below_review_with_judge not in BELOW_REVIEW_CHOICES:
+            raise PolicyError(
+                f"{prefix}.below_review_with_judge",
+                self.below_review_with_judge,
+                "one of " + ", ".join(BELOW_REVIEW_CHOICES),
+            )
+        cut = self.judge_accept_cut
+        if cut is not None and (
+            isinstance(cut, bool) or not isinstance(cut, int | float) or not 0.0 <= cut <= 1.0
+        ):
+            raise PolicyError(f"{prefix}.judge_accept_cut", cut, "a number in [0, 1]")
         if self.mode is Mode.ACTIVE and self.active_approval != ACTIVE_APPROVAL:
             raise PolicyError(
                 f"{prefix}.active_approval",
@@ -75,6 +96,8 @@ class RouteConfig:
             "latch_escalation",
             "breaker_threshold",
             "breaker_cooldown_seconds",
+            "below_review_with_judge",
+            "judge_accept_cut",
         }
         for key in data:
             if key not in known:
@@ -97,6 +120,10 @@ class RouteConfig:
             latch_escalation=_typed(data, prefix, "latch_escalation", bool, False),
             breaker_threshold=_typed(data, prefix, "breaker_threshold", int, 5),
             breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0),  # type: ignore[arg-type]
+            below_review_with_judge=_typed(
+                data, prefix, "below_review_with_judge", str, BELOW_REVIEW_ON_REJECT
+            ),
+            judge_accept_cut=_number(data, prefix, "judge_accept_cut", None),
         )
 
 

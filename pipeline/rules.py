@@ -17,6 +17,15 @@ Rules
     keys that must be present and non-empty). A hit is ``review`` unless its rule is listed
     in ``RulesConfig.reject_rules``.
 
+Hard facts and opinions (:mod:`pipeline.authority`)
+    ``source_support`` makes two kinds of hit. Numbers and names absent from every
+    source are hard facts and block whoever accepted. Low content-word coverage is only an
+    opinion on support, of the support models' rank: it holds back an accept by geometry
+    or consistency (its peers; on the switch's auto-accept path disagreeing peers fail
+    closed to review), but under an accept by the judge or a person it is recorded as a
+    finding (``RulesVerdict.findings``), not enforced. A caller that does not say who
+    accepted gets the strict reading: every hit blocks.
+
 Failure posture
     Configuration is validated when it is built: an unknown key, a wrong type, an
     out-of-range value, an invalid regex or an unknown rule name raises
@@ -37,6 +46,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from types import MappingProxyType
 
+from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.support import Span, measure_support
 
@@ -80,12 +90,15 @@ _LISTED_UNSUPPORTED = 10
 
 @dataclass(frozen=True, slots=True)
 class RuleHit:
-    """One violation: the rule, a plain-language message, the span (if any), severity."""
+    """One violation: the rule, a plain-language message, the span (if any), severity.
+    `opinion_rank` is set when the hit is an opinion on support rather than a hard fact:
+    an authority above that rank overrules it (:mod:`pipeline.authority`)."""
 
     rule: str
     message: str
     span: Span | None
     severity: Severity
+    opinion_rank: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form; the span as ``{"text", "start", "end"}`` or ``None``."""
@@ -212,12 +225,20 @@ class RulesConfig:
 # ------------------------------------------------------------------------------ rules
 
 
-def _hit(config: RulesConfig, rule: str, message: str, span: Span | None = None) -> RuleHit:
+def _hit(
+    config: RulesConfig,
+    rule: str,
+    message: str,
+    span: Span | None = None,
+    opinion_rank: int | None = None,
+) -> RuleHit:
     severity = Severity.REJECT if rule in config.reject_rules else Severity.REVIEW
-    return RuleHit(rule, message, span, severity)
+    return RuleHit(rule, message, span, severity, opinion_rank)
 
 
 def _source_support(inp: RuleInput, config: RulesConfig) -> list[RuleHit]:
+    """Numbers and names of the response that no source contains (hard facts), and too
+    few of its content words in the source (an opinion on support, marked as such)."""
     if inp.context is None:
         return []
     report = measure_support(inp.response, inp.context, inp.question)
@@ -243,6 +264,7 @@ def _source_support(inp: RuleInput, config: RulesConfig) -> list[RuleHit]:
                 f"source covers {report.content_coverage:.2f} of the response's content words "
                 f"(minimum {config.min_content_coverage:.2f}); unsupported: {listed}"
                 + (f" and {more} more" if more > 0 else ""),
+                opinion_rank=SUPPORT_RANK,
             )
         )
     return hits
@@ -423,29 +445,49 @@ RULE_NAMES: frozenset[str] = frozenset(rule.name for rule in RULES)
 
 @dataclass(frozen=True, slots=True)
 class RulesVerdict:
-    """All hits of one evaluation and the action they add up to."""
+    """All hits of one evaluation and the action they add up to; `findings` are opinions
+    a higher authority's accept overruled (recorded, not enforced)."""
 
     hits: tuple[RuleHit, ...]
     action: RulesAction
+    findings: tuple[RuleHit, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form: ``{"action": ..., "hits": [...]}``."""
-        return {"action": self.action.value, "hits": [hit.to_dict() for hit in self.hits]}
+        """JSON-ready form: ``{"action": ..., "hits": [...]}``, plus ``"findings"`` when
+        there are any."""
+        out: dict[str, object] = {
+            "action": self.action.value,
+            "hits": [hit.to_dict() for hit in self.hits],
+        }
+        if self.findings:
+            out["findings"] = [hit.to_dict() for hit in self.findings]
+        return out
 
 
-def evaluate_rules(inp: RuleInput, config: RulesConfig) -> RulesVerdict:
+def evaluate_rules(
+    inp: RuleInput, config: RulesConfig, accepter: Authority | None = None
+) -> RulesVerdict:
     """Run every rule; reject if any hit is reject-severity, else review if any hit, else
-    pass. A rule that raises becomes a hit of that rule (fail closed)."""
+    pass. An opinion's hit is a finding instead when `accepter` outranks it
+    (:func:`pipeline.authority.opinion_may_hold`). A rule that raises becomes a hit of that
+    rule (fail closed), opinion or not."""
     hits: list[RuleHit] = []
+    findings: list[RuleHit] = []
     for rule in RULES:
         try:
-            hits.extend(rule.check(inp, config))
+            found = rule.check(inp, config)
         except Exception as exc:  # fail closed: a broken rule never passes silently
             hits.append(_hit(config, rule.name, f"rule failed ({type(exc).__name__}: {exc})"))
+            continue
+        for hit in found:
+            overruled = hit.opinion_rank is not None and not opinion_may_hold(
+                hit.opinion_rank, accepter
+            )
+            (findings if overruled else hits).append(hit)
     if any(h.severity is Severity.REJECT for h in hits):
         action = RulesAction.REJECT
     elif hits:
         action = RulesAction.REVIEW
     else:
         action = RulesAction.PASS
-    return RulesVerdict(tuple(hits), action)
+    return RulesVerdict(tuple(hits), action, tuple(findings))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -247,14 +248,28 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument(
-    "data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+    "data", nargs=-1, required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @click.option(
     "--out",
     "out_file",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Policy TOML to write.",
+    help="Policy TOML to write (with --route or --from-decisions: to update).",
+)
+@click.option(
+    "--route",
+    default=None,
+    help="Fit this route's own model and cuts into the policy at --out, under [routes.NAME].",
+)
+@click.option(
+    "--from-decisions",
+    is_flag=True,
+    help="Take the labels from the human verdicts on `decisions` (and their candidates)"
+    " instead of DATA: refit the cuts, and the model given enough verdicts.",
+)
+@click.option(
+    "--since", default=None, help="With --from-decisions: verdicts from this ISO time or epoch."
 )
 @click.option(
     "--reference",
@@ -272,17 +287,48 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 def calibrate(
     data: tuple[Path, ...],
     out_file: Path,
+    route: str | None,
+    from_decisions: bool,
+    since: str | None,
     reference: Path | None,
     max_accept_error: float,
     limit: int | None,
 ) -> None:
-    """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file."""
+    """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file.
+
+    With --route, fit one route's own model and cuts into an existing policy; with
+    --from-decisions, refit them on the verdicts reviewers gave."""
     from rich.progress import Progress
 
     from pipeline.encoder import default_encoder
     from workers.eval.calibration import calibrate as fit
+    from workers.eval.calibration import calibrate_route
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
+    if from_decisions:
+        if data:
+            raise click.UsageError("--from-decisions takes its labels from Kafka, not DATA")
+        _calibrate_from_decisions(out_file, route, since, max_accept_error, command)
+        return
+    if not data:
+        raise click.UsageError("give labelled DATA files, or --from-decisions")
+    if route is not None:
+        try:
+            sections = calibrate_route(
+                list(data),
+                out_file,
+                route,
+                max_accept_error=max_accept_error,
+                limit=limit,
+                encoder=default_encoder(),
+                command=command,
+            )
+        except PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
+        cuts = sections["thresholds"]
+        click.echo(f"wrote route {route} into {out_file}")
+        click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in cuts.items()))
+        return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, int] = {}
 
@@ -317,6 +363,44 @@ def calibrate(
                 f" {metrics[name + '.cv_accept_error']:.1%}"
             )
         click.echo(line)
+
+
+def _calibrate_from_decisions(
+    out_file: Path, route: str | None, since: str | None, max_accept_error: float, command: str
+) -> None:
+    from pipeline.encoder import default_encoder
+    from pipeline.errors import ScoringError
+    from workers.eval.reviewed import calibrate_from_decisions, parse_since
+
+    try:
+        start = None if since is None else parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    settings = _settings()
+    try:
+        result, counts = _kafka(
+            calibrate_from_decisions(
+                settings,
+                out_file,
+                since=start,
+                route=route,
+                max_accept_error=max_accept_error,
+                encoder=default_encoder(),
+                command=command,
+            ),
+            settings,
+        )
+    except (PolicyError, ScoringError) as exc:
+        raise click.ClickException(str(exc)) from None
+    left_out = ", ".join(
+        f"{n} {why.replace('_', ' ')}" for why, n in counts.items() if n and why != "verdicts"
+    )
+    click.echo(
+        f"{counts['verdicts']} human verdicts read"
+        + (f"; left out: {left_out}" if left_out else "")
+    )
+    click.echo(result.render())
+    click.echo(f"wrote {out_file}")
 
 
 @main.command()
@@ -354,10 +438,25 @@ def train(ragtruth: Path, begin: Path, halueval: Path | None, out_dir: Path, see
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 @click.option("--limit", type=int, default=None, help="Read at most N records.")
 @click.option("--skip", type=int, default=0, help="Leave out the first N records (held-out split).")
+@click.option(
+    "--judge-url",
+    default=None,
+    help="Ask this OpenAI-compatible judge (overrides GROUNDSTREAM_JUDGE_URL for this run).",
+)
+@click.option(
+    "--judge-model", default=None, help="The judge's model id (else GROUNDSTREAM_JUDGE_MODEL)."
+)
 def eval_command(
-    data: Path, report_dir: Path | None, policy: str | None, limit: int | None, skip: int
+    data: Path,
+    report_dir: Path | None,
+    policy: str | None,
+    limit: int | None,
+    skip: int,
+    judge_url: str | None,
+    judge_model: str | None,
 ) -> None:
-    """Run the embedded ladder over labelled DATA and report quality and throughput."""
+    """Run the embedded ladder over labelled DATA and report quality and throughput.
+    With a judge (option or environment) the ladder asks it as the workers would."""
     from workers.eval.evaluation import evaluate
     from workers.eval.report import require_matplotlib
     from workers.eval.report_text import render_summary
@@ -368,6 +467,16 @@ def eval_command(
         except ModuleNotFoundError as exc:
             raise click.ClickException(str(exc)) from None
     settings = _settings(policy)
+    if judge_url is not None or judge_model is not None:
+        env = {
+            **os.environ,  # parsed and validated as if the variables had been set
+            "GROUNDSTREAM_JUDGE_URL": judge_url or settings.judge_url,
+            "GROUNDSTREAM_JUDGE_MODEL": judge_model or settings.judge_model or "judge",
+        }
+        try:
+            settings = Settings.from_env(env, policy=policy, log_level=settings.log_level)
+        except PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
     metrics = evaluate(
         data,
         report_dir,

@@ -15,7 +15,8 @@ What the figures mean (``grounded`` = the label says the answer is right):
 * ``grounded_to_state``: share of grounded answers whose outcome topic is ``state``;
   ``ungrounded_to_state``: the same for ungrounded answers; ``state_ungrounded_share``:
   share of the answers reaching state that are ungrounded (None when none did);
-  ``escalation_rate``: share of answers not in state.
+  ``escalation_rate``: share of answers not in state; ``judge_calls``: requests the
+  judge stage sent (a judge's cost, retries included; 0 without one).
   ``out_of_range_share`` / ``grounded_out_of_range_share``: share of answers (of grounded
   answers) whose P(grounded) was flagged outside the model's fitted domain (they escalate).
 * Length-matched state figures (``*_length_matched``): direct standardisation over
@@ -90,6 +91,7 @@ class _Candidate:
     score: float | None = None
     grounding_probability: float | None = None
     out_of_range: bool = False
+    judge_calls: int = 0
     stages: list[str] = field(default_factory=list)
 
 
@@ -124,6 +126,10 @@ def _collect(
             cand.outcome = str(record.get("topic"))
         elif stage == "switch":
             cand.switch_action = str(record.get("action"))
+        elif stage == "judge":
+            evidence = record.get("evidence")
+            calls = evidence.get("calls") if isinstance(evidence, Mapping) else None
+            cand.judge_calls += len(calls) if isinstance(calls, list) else 0
         elif stage == "geometry":
             cand.method = record.get("method")
             cand.score = _finite(record.get("score"))
@@ -266,6 +272,7 @@ def summarize(
         ungrounded_to_state=_share(int((in_state & ~grounded).sum()), int((~grounded).sum())),
         state_ungrounded_share=_share(int((in_state & ~grounded).sum()), n_state),
         escalation_rate=_share(n - n_state, n),
+        judge_calls=sum(c.judge_calls for c in done.values()),
         out_of_range_share=_share(sum(c.out_of_range for c in done.values()), n),
         grounded_out_of_range_share=_share(
             sum(c.out_of_range for c in done.values() if c.grounded), int(grounded.sum())

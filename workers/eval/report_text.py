@@ -31,6 +31,7 @@ def render_summary(m: dict[str, Any]) -> str:
         f"ungrounded share of state         {_pct(m.get('state_ungrounded_share'))}"
         f"   length-matched {_pct(m.get('state_ungrounded_share_length_matched'))}",
         f"escalation rate                   {_pct(m.get('escalation_rate'))}",
+        f"judge calls                       {m.get('judge_calls', 0)}",
         f"outside the model's fitted range  {_pct(m.get('out_of_range_share'))}"
         f"   of grounded {_pct(m.get('grounded_out_of_range_share'))}",
         f"throughput                        {m.get('throughput_per_second') or 0:.1f} candidates/s",

@@ -14,7 +14,7 @@ from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
 from workers.stages.kit import EndpointConfig, Stage
-from workers.stages.routes import DEFER, HOLD, PASS, SCORED, SKIP
+from workers.stages.routes import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
 
@@ -38,7 +38,9 @@ def judge(s: Settings) -> EndpointConfig:
 
 LADDER: tuple[StageRow, ...] = (
     StageRow("geometry", lambda s: GeometryStage(), (SCORED, SKIP, HOLD), needs_encoder=True),
-    StageRow("switch", lambda s: SwitchStage(), (*SwitchAction, HOLD), stateful=True),
+    StageRow(
+        "switch", lambda s: SwitchStage(judge(s)), (*SwitchAction, HOLD, ASK_JUDGE), stateful=True
+    ),
     StageRow(
         "consistency",
         lambda s: ConsistencyStage(sampler(s), s.nli_model),

@@ -34,6 +34,9 @@ SCORED = "scored"
 SKIP = "skip"
 """Geometry under mode `off`: no verification, straight to the safe path."""
 
+ASK_JUDGE = "ask_judge"
+"""Switch: geometry was not conclusive and a judge is configured (`pipeline.deferral`)."""
+
 PASS = "pass"
 """Consistency: a committed meaning the response agrees with; on to rules."""
 DEFER = "defer"
@@ -53,7 +56,7 @@ ROUTES: Mapping[str, Mapping[str, Topic]] = MappingProxyType(
         "geometry": MappingProxyType(
             {SCORED: Topic.SCORED, SKIP: Topic.FALLBACK, HOLD: Topic.REVIEW}
         ),
-        "switch": MappingProxyType(_SWITCH),
+        "switch": MappingProxyType({**_SWITCH, ASK_JUDGE: Topic.JUDGE}),
         "consistency": MappingProxyType(
             {PASS: Topic.RULES, DEFER: Topic.JUDGE, HOLD: Topic.REVIEW}
         ),

@@ -2,12 +2,16 @@
 
 Every path to state passes here. A violation names the rule and the span. The kill switch
 holds every automatic accept for review; a person's accept (from review) overrides
-review-severity hits, which that person has seen, but never a reject-severity rule."""
+review-severity hits, which that person has seen, but never a reject-severity rule.
+Who accepted (`pipeline.authority.accepted_by`, read from the envelope's trail) is
+recorded in the evidence; a judge's or a person's accept turns low word coverage, an
+opinion below theirs, into a finding instead of a hold."""
 
 from __future__ import annotations
 
 import time
 
+from pipeline.authority import accepted_by
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
@@ -22,11 +26,18 @@ class RulesStage(EnvelopeStage):
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         c = env.candidate
-        verdict = evaluate_rules(
-            RuleInput(c.question, c.context_chunks, c.response, c.metadata), ctx.policy.rules
-        )
         human = env.human is not None and env.human.accepted
-        evidence = {"rules": verdict.to_dict(), "human_override": human}
+        accepter = accepted_by(env.trail, human)
+        verdict = evaluate_rules(
+            RuleInput(c.question, c.context_chunks, c.response, c.metadata),
+            ctx.policy.rules,
+            accepter,
+        )
+        evidence = {
+            "rules": verdict.to_dict(),
+            "human_override": human,
+            "accepted_by": None if accepter is None else accepter.value,
+        }
         names = sorted({hit.rule for hit in verdict.hits})
         violation = f"rule violation: {', '.join(names)}"
         if verdict.action is RulesAction.REJECT:

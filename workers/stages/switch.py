@@ -1,4 +1,5 @@
-"""Switch stage: scored → rules (accept) | consistency (escalate) | escalations.<on_reject>.
+"""Switch stage: scored → rules (accept) | consistency (escalate) | escalations.<on_reject>,
+or judge where geometry is not conclusive and a judge is configured (`pipeline.deferral`).
 
 Also the session gate: a step of a latched turn is held for review (`turn_latched`)."""
 
@@ -6,13 +7,15 @@ from __future__ import annotations
 
 import time
 
+from pipeline.deferral import defer_to_judge
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stages.common import EnvelopeStage, hold_for_review
-from workers.stages.kit import Emit, StageContext, conclude, key_of
+from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude, key_of
+from workers.stages.routes import ASK_JUDGE
 
 
 def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
@@ -24,6 +27,9 @@ def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | N
 class SwitchStage(EnvelopeStage):
     name = "switch"
     source = Topic.SCORED
+
+    def __init__(self, judge: EndpointConfig | None = None) -> None:
+        self.judge_available = judge is not None and bool(judge.url)
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
@@ -56,15 +62,16 @@ class SwitchStage(EnvelopeStage):
                 reason="no usable geometry on the envelope",
             )
         decision = ctx.policy.switch(route).decide(result)
-        escalated = decision.action is not SwitchAction.ACCEPT
+        deferred = defer_to_judge(decision, route, self.judge_available)
+        escalated = deferred is not None or decision.action is not SwitchAction.ACCEPT
         ctx.sessions[key] = leave(session, escalated, c.turn).to_dict()
         return conclude(
             ctx,
             env,
             stage=self.name,
-            action=decision.action.value,
-            reason=decision.reason,
-            verdict=decision.action,
+            action=decision.action.value if deferred is None else SwitchAction.ESCALATE.value,
+            reason=decision.reason if deferred is None else deferred,
+            verdict=decision.action if deferred is None else ASK_JUDGE,
             started=started,
             score=decision.score,
             method=decision.method,
