@@ -248,14 +248,28 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument(
-    "data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+    "data", nargs=-1, required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @click.option(
     "--out",
     "out_file",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Policy TOML to write.",
+    help="Policy TOML to write (with --route or --from-decisions: to update).",
+)
+@click.option(
+    "--route",
+    default=None,
+    help="Fit this route's own model and cuts into the policy at --out, under [routes.NAME].",
+)
+@click.option(
+    "--from-decisions",
+    is_flag=True,
+    help="Take the labels from the human verdicts on `decisions` (and their candidates)"
+    " instead of DATA: refit the cuts, and the model given enough verdicts.",
+)
+@click.option(
+    "--since", default=None, help="With --from-decisions: verdicts from this ISO time or epoch."
 )
 @click.option(
     "--reference",
@@ -273,17 +287,48 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 def calibrate(
     data: tuple[Path, ...],
     out_file: Path,
+    route: str | None,
+    from_decisions: bool,
+    since: str | None,
     reference: Path | None,
     max_accept_error: float,
     limit: int | None,
 ) -> None:
-    """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file."""
+    """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file.
+
+    With --route, fit one route's own model and cuts into an existing policy; with
+    --from-decisions, refit them on the verdicts reviewers gave."""
     from rich.progress import Progress
 
     from pipeline.encoder import default_encoder
     from workers.eval.calibration import calibrate as fit
+    from workers.eval.calibration import calibrate_route
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
+    if from_decisions:
+        if data:
+            raise click.UsageError("--from-decisions takes its labels from Kafka, not DATA")
+        _calibrate_from_decisions(out_file, route, since, max_accept_error, command)
+        return
+    if not data:
+        raise click.UsageError("give labelled DATA files, or --from-decisions")
+    if route is not None:
+        try:
+            sections = calibrate_route(
+                list(data),
+                out_file,
+                route,
+                max_accept_error=max_accept_error,
+                limit=limit,
+                encoder=default_encoder(),
+                command=command,
+            )
+        except PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
+        cuts = sections["thresholds"]
+        click.echo(f"wrote route {route} into {out_file}")
+        click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in cuts.items()))
+        return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, int] = {}
 
@@ -318,6 +363,44 @@ def calibrate(
                 f" {metrics[name + '.cv_accept_error']:.1%}"
             )
         click.echo(line)
+
+
+def _calibrate_from_decisions(
+    out_file: Path, route: str | None, since: str | None, max_accept_error: float, command: str
+) -> None:
+    from pipeline.encoder import default_encoder
+    from pipeline.errors import ScoringError
+    from workers.eval.reviewed import calibrate_from_decisions, parse_since
+
+    try:
+        start = None if since is None else parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    settings = _settings()
+    try:
+        result, counts = _kafka(
+            calibrate_from_decisions(
+                settings,
+                out_file,
+                since=start,
+                route=route,
+                max_accept_error=max_accept_error,
+                encoder=default_encoder(),
+                command=command,
+            ),
+            settings,
+        )
+    except (PolicyError, ScoringError) as exc:
+        raise click.ClickException(str(exc)) from None
+    left_out = ", ".join(
+        f"{n} {why.replace('_', ' ')}" for why, n in counts.items() if n and why != "verdicts"
+    )
+    click.echo(
+        f"{counts['verdicts']} human verdicts read"
+        + (f"; left out: {left_out}" if left_out else "")
+    )
+    click.echo(result.render())
+    click.echo(f"wrote {out_file}")
 
 
 @main.command()

@@ -42,7 +42,8 @@ class Pending:
         }
 
 
-async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
+async def read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
+    """Every record on `topic` up to its end as of now (no consumer group), within `timeout`."""
     consumer = reader(settings, settings.topic(topic))
     await consumer.start()
     try:
@@ -65,11 +66,11 @@ async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
     """Items on escalations.review that no person has decided yet, oldest first."""
     decided = {
         rec["candidate_id"]
-        for rec in (loads(r.value) for r in await _read_all(settings, Topic.DECISIONS, timeout))
+        for rec in (loads(r.value) for r in await read_all(settings, Topic.DECISIONS, timeout))
         if rec.get("stage") == REVIEW_STAGE
     }
     queue: dict[str, Pending] = {}
-    for record in await _read_all(settings, Topic.REVIEW, timeout):
+    for record in await read_all(settings, Topic.REVIEW, timeout):
         try:
             env = parse_envelope(record.value)
         except MalformedMessage:

@@ -1,0 +1,292 @@
+"""`groundstream calibrate --from-decisions`: the verdicts reviewers already gave, as labels.
+
+A person's verdict (`groundstream review decide`) is a decision record on `decisions` with
+stage `review`, method `human`, action `accept` or `reject`, and the candidate's id and
+route. Read together with the candidates they judged (from `candidates`, by id), they are
+labelled examples of exactly the answers the ladder could not settle, from the
+deployment's own traffic. With them the route's cuts are refitted on the current model's
+P(grounded); with `MIN_LABELS_FOR_MODEL` of them (and `MIN_PER_LABEL_FOR_MODEL` of each
+verdict) the model is refitted too. The report says how the operating point moved on those
+labels: the share of accepted verdicts the gate would auto-accept, and the share of its
+auto-accepts a person rejected, before and after.
+
+Reviewed answers are the uncertain middle, not a sample of all traffic: cuts refitted on
+them alone describe that middle. The figures are in-sample on the labels they were fitted
+on; check them with `groundstream eval` on held-out data before shipping the policy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.domain import task_of
+from pipeline.errors import ScoringError
+from pipeline.fit.grounding import fit_cuts, operating_point
+from pipeline.grounding import GroundingModel, grounding_features
+from pipeline.policy import load_policy
+from pipeline.scores import compute_sgi_batch
+from pipeline.thresholds import Thresholds
+from topics.codec import loads
+from topics.names import Topic
+from workers.eval.calibration import Example, fit_examples, fitted_sections, write_fit
+from workers.runtime.settings import Settings
+from workers.stages.review import REVIEW_STAGE, read_all
+
+MIN_LABELS_FOR_CUTS = 6
+"""Fewer verdicts than this (or only one kind) refit nothing: two cuts need both kinds."""
+MIN_LABELS_FOR_MODEL = 200
+MIN_PER_LABEL_FOR_MODEL = 30
+"""The model (25 coefficients) is refitted only from this many verdicts, and this many of
+each kind; below, only its cuts move."""
+GROUP = "decisions"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    candidate_id: str
+    grounded: bool
+    route: str
+    decided_at: float
+
+
+def parse_since(text: str) -> float:
+    """Epoch seconds from `--since`: epoch seconds, or an ISO date or time (UTC if no zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected an ISO date/time or epoch seconds") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _epoch(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def human_verdicts(
+    records: Iterable[Mapping[str, Any]], *, since: float | None = None, route: str | None = None
+) -> dict[str, Verdict]:
+    """Each candidate's latest human verdict, decided at or after `since`, on `route`."""
+    out: dict[str, Verdict] = {}
+    for record in records:
+        if record.get("stage") != REVIEW_STAGE or record.get("method") != "human":
+            continue
+        action, cid, at = record.get("action"), record.get("candidate_id"), record.get("decided_at")
+        when = _epoch(at)
+        if action not in ("accept", "reject") or not isinstance(cid, str) or when is None:
+            continue
+        if since is not None and when < since:
+            continue
+        name = str(record.get("route") or "default")
+        if route is not None and name != route:
+            continue
+        if cid not in out or out[cid].decided_at <= when:
+            out[cid] = Verdict(cid, action == "accept", name, when)
+    return out
+
+
+def labelled_examples(
+    verdicts: Mapping[str, Verdict], candidates: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[Example], dict[str, int]]:
+    """The judged candidates with a context, labelled; counts of those left out and why."""
+    examples: list[Example] = []
+    skipped = {"candidate_not_found": 0, "no_context": 0}
+    for cid, verdict in sorted(verdicts.items()):
+        candidate = candidates.get(cid)
+        if candidate is None:
+            skipped["candidate_not_found"] += 1
+            continue
+        ctx = candidate.get("context")
+        if not ctx:
+            skipped["no_context"] += 1
+            continue
+        chunks = (ctx,) if isinstance(ctx, str) else tuple(ctx)
+        examples.append(
+            Example(
+                GROUP,
+                str(candidate.get("question", "")),
+                chunks,
+                str(candidate.get("response", "")),
+                verdict.grounded,
+                task_of(candidate.get("metadata")),
+            )
+        )
+    return examples, skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Refit:
+    """How the route's operating point moved on the verdicts it was refitted on."""
+
+    route: str | None
+    n: int
+    n_accepted: int
+    model_refitted: bool
+    cuts_before: tuple[float, float]
+    cuts_after: tuple[float, float]
+    before: tuple[float, float]
+    after: tuple[float, float]
+    sections: Mapping[str, Any]
+
+    def render(self) -> str:
+        def cut(value: float) -> str:
+            return "inf" if value == float("inf") else f"{value:.4f}"
+
+        def point(p: tuple[float, float]) -> str:
+            return f"{p[0]:.1%} of accepted verdicts auto-accepted, {p[1]:.1%} of those rejected"
+
+        what = "model and cuts" if self.model_refitted else "cuts only"
+        note = (
+            ""
+            if self.model_refitted
+            else f" (the model needs {MIN_LABELS_FOR_MODEL} verdicts,"
+            f" {MIN_PER_LABEL_FOR_MODEL} of each kind)"
+        )
+        return "\n".join(
+            [
+                f"route {self.route or '(policy default)'}: {self.n} verdicts "
+                f"({self.n_accepted} accept, {self.n - self.n_accepted} reject); "
+                f"refitted {what}{note}",
+                f"accept cut {cut(self.cuts_before[0])} -> {cut(self.cuts_after[0])}, "
+                f"review cut {cut(self.cuts_before[1])} -> {cut(self.cuts_after[1])}",
+                f"before: {point(self.before)}",
+                f"after:  {point(self.after)}",
+            ]
+        )
+
+
+def refit(
+    examples: Sequence[Example],
+    thresholds: Thresholds,
+    model: GroundingModel,
+    *,
+    route: str | None,
+    max_accept_error: float,
+    encoder: Any,
+) -> Refit:
+    """Refit a route's cuts (and, with enough verdicts, its model) on reviewed examples."""
+    sgi = compute_sgi_batch([(e.question, e.context, e.response) for e in examples], encoder)
+    kept = [(e, r) for e, r in zip(examples, sgi, strict=True) if not r.flagged]
+    y = np.array([e.grounded for e, _ in kept], dtype=bool)
+    n_accepted = int(y.sum())
+    if len(kept) < MIN_LABELS_FOR_CUTS or n_accepted in (0, len(kept)):
+        raise ScoringError(
+            f"{len(kept)} usable verdicts ({n_accepted} accept): refitting needs at least "
+            f"{MIN_LABELS_FOR_CUTS}, with both accepts and rejects"
+        )
+    rows = [grounding_features(e.question, e.context or (), e.response, r) for e, r in kept]
+    p_before = np.array([model.probability(row) for row in rows])
+    enough = (
+        len(kept) >= MIN_LABELS_FOR_MODEL
+        and min(n_accepted, len(kept) - n_accepted) >= MIN_PER_LABEL_FOR_MODEL
+    )
+    if enough:
+        fit, grounding = fit_examples(
+            [e for e, _ in kept], mu=None, max_accept_error=max_accept_error, encoder=encoder
+        )
+        if grounding is None:  # every example has a context, so there is a model
+            raise ScoringError("no grounding model was fitted on the verdicts")
+        sections = {
+            "thresholds": {
+                "grounding_accept": grounding.accept,
+                "grounding_review": grounding.review,
+            },
+            "grounding": fitted_sections(fit, grounding)["grounding"],
+        }
+        p_after = np.array([grounding.model.probability(row) for row in rows])
+        accept, review = grounding.accept, grounding.review
+    else:
+        accept, review, _ = fit_cuts(p_before, y, max_accept_error)
+        sections = {"thresholds": {"grounding_accept": accept, "grounding_review": review}}
+        p_after = p_before
+    return Refit(
+        route=route,
+        n=len(kept),
+        n_accepted=n_accepted,
+        model_refitted=enough,
+        cuts_before=(thresholds.grounding_accept, thresholds.grounding_review),
+        cuts_after=(accept, review),
+        before=operating_point(p_before, y, thresholds.grounding_accept),
+        after=operating_point(p_after, y, accept),
+        sections=sections,
+    )
+
+
+async def read_labels(
+    settings: Settings, *, since: float | None, route: str | None, timeout: float = 30.0
+) -> tuple[list[Example], dict[str, int]]:
+    """The human verdicts on `decisions` with their candidates from `candidates`."""
+    decisions = [loads(r.value) for r in await read_all(settings, Topic.DECISIONS, timeout)]
+    verdicts = human_verdicts(decisions, since=since, route=route)
+    candidates: dict[str, Mapping[str, Any]] = {}
+    if verdicts:
+        for record in await read_all(settings, Topic.CANDIDATES, timeout):
+            try:
+                value = loads(record.value)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.get("id") in verdicts:
+                candidates[value["id"]] = value
+    examples, skipped = labelled_examples(verdicts, candidates)
+    return examples, {"verdicts": len(verdicts), **skipped}
+
+
+async def calibrate_from_decisions(
+    settings: Settings,
+    out: Path,
+    *,
+    since: float | None,
+    route: str | None,
+    max_accept_error: float,
+    encoder: Any,
+    command: str,
+) -> tuple[Refit, dict[str, int]]:
+    """Read the verdicts, refit the route's cuts (or model) on them, write them into the
+    policy `out` (`write_fit`) and say how the operating point moved."""
+    started = time.time()
+    policy = load_policy(out)
+    thresholds = policy.thresholds if route is None else policy.thresholds_for(route)
+    model = policy.grounding if route is None else policy.grounding_for(route)
+    if model is None:
+        raise ScoringError(f"{out} has no grounding model to refit the cuts of: calibrate first")
+    examples, counts = await read_labels(settings, since=since, route=route)
+    result = refit(
+        examples,
+        thresholds,
+        model,
+        route=route,
+        max_accept_error=max_accept_error,
+        encoder=encoder,
+    )
+    provenance = {
+        "produced_by": command,
+        "produced_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "from_decisions": settings.topic(Topic.DECISIONS),
+        "since": since if since is not None else 0.0,
+        "n": result.n,
+        "n_accepted": result.n_accepted,
+        "model_refitted": result.model_refitted,
+        "max_accept_error": max_accept_error,
+        "accept_rate_before": result.before[0],
+        "accept_error_before": result.before[1],
+        "accept_rate_after": result.after[0],
+        "accept_error_after": result.after[1],
+        "seconds": round(time.time() - started, 1),
+    }
+    write_fit(out, route, dict(result.sections), provenance)
+    return result, counts
