@@ -53,3 +53,21 @@ def test_scorer_scores_pairs_and_responses() -> None:
     assert p.shape == (2,) and np.all((p >= 0) & (p <= 1))
     got = scorer.assess("It sails at noon. It has a bar.", "The ferry sails at noon.")
     assert len(got.claim_scores) == 2 and got.score == min(got.claim_scores)
+
+
+def test_the_embedding_cache_survives_a_reload(tmp_path: Path) -> None:
+    from workers.eval.train import EmbeddingCache
+
+    calls: list[int] = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return fake_encode(texts)
+
+    texts = [f"text {i}" for i in range(600)]  # some digests end in a NUL byte
+    first = EmbeddingCache(tmp_path / "e.npz", encode)
+    rows = first.encode(texts)
+    first.save()
+    again = EmbeddingCache(tmp_path / "e.npz", encode)
+    np.testing.assert_array_equal(again.encode(texts), rows)
+    assert calls == [600]

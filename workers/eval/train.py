@@ -58,7 +58,8 @@ class EmbeddingCache:
         if path.exists():
             with np.load(path) as saved:
                 for key, row in zip(saved["keys"], saved["vectors"], strict=True):
-                    self._rows[bytes(key)] = row
+                    # numpy's fixed-width bytes drop trailing NULs; a digest may end in one
+                    self._rows[bytes(key).ljust(16, b"\0")] = row
         self._dirty = False
 
     @staticmethod
