@@ -19,7 +19,9 @@ Rules
 
 Hard facts and opinions (:mod:`pipeline.authority`)
     ``source_support`` makes two kinds of hit. Numbers and names absent from every
-    source are hard facts and block whoever accepted. Low content-word coverage is only an
+    source are hard facts and block whoever accepted, unless :func:`pipeline.facts.
+    is_artefact` finds them no claim (a list enumerator, a clock time on the other clock,
+    a list item's first word). Those and low content-word coverage are only an
     opinion on support, of the support models' rank: it holds back an accept by geometry
     or consistency (its peers; on the switch's auto-accept path disagreeing peers fail
     closed to review), but under an accept by the judge or a person it is recorded as a
@@ -48,6 +50,7 @@ from types import MappingProxyType
 
 from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
 from pipeline.errors import PolicyError, ScoringError
+from pipeline.facts import is_artefact
 from pipeline.support import Span, measure_support
 
 __all__ = [
@@ -243,16 +246,21 @@ def _source_support(inp: RuleInput, config: RulesConfig) -> list[RuleHit]:
         return []
     report = measure_support(inp.response, inp.context, inp.question)
     hits: list[RuleHit] = []
-    if config.flag_unsupported_numbers:
-        for span in report.unsupported_numbers:
-            hits.append(
-                _hit(config, "source_support", f"number {span.text!r} is not in the source", span)
+    flagged = (
+        *(("number", s) for s in report.unsupported_numbers if config.flag_unsupported_numbers),
+        *(("name", s) for s in report.unsupported_names if config.flag_unsupported_names),
+    )
+    for kind, span in flagged:
+        artefact = is_artefact(span, kind, inp.response, inp.context, inp.question)
+        hits.append(
+            _hit(
+                config,
+                "source_support",
+                f"{kind} {span.text!r} is not in the source",
+                span,
+                opinion_rank=SUPPORT_RANK if artefact else None,
             )
-    if config.flag_unsupported_names:
-        for span in report.unsupported_names:
-            hits.append(
-                _hit(config, "source_support", f"name {span.text!r} is not in the source", span)
-            )
+        )
     if report.content_coverage < config.min_content_coverage:
         words = [s.text for s in report.unsupported_words + report.unsupported_numbers]
         listed = ", ".join(repr(w) for w in words[:_LISTED_UNSUPPORTED])
