@@ -37,7 +37,7 @@ def route(doc, known=None, **kw):
 def test_a_candidate_goes_to_candidates_keyed_by_session():
     routed = route(pair("Ninety days."))
     (send,) = routed.sends
-    assert routed.counted == "candidate" and routed.candidate_id == "chatcmpl-1"
+    assert routed.counted == "candidates" and routed.candidate_id == "chatcmpl-1"
     assert (send.topic, send.key, send.headers) == ("t.candidates", b"s-1", HEADERS)
     assert loads(send.value)["response"] == "Ninety days."
 

@@ -22,12 +22,15 @@ most a batch, and the repetition is skipped as above.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
 
 from pipeline.attach import AttachMapping, Kind, map_message
 from pipeline.replay import message_ids
@@ -106,12 +109,31 @@ def route_message(
                 dumps(candidate.to_dict()),
                 headers,
             )
-            return Routed((send,), "candidate", candidate.id)
+            return Routed((send,), "candidates", candidate.id)
     item = Inbound(
         message.key, message.value, message.topic, message.partition, message.offset, headers
     )
     sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now))
     return Routed(sends, "deadletter")
+
+
+async def prepare_topics(settings: Settings, source: str, pass_through: str) -> None:
+    """The source must exist; the pass-through topic is created like it if it does not
+    (the user's namespace, so `topics create` does not know it)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        if source not in existing:
+            raise LookupError(f"topic {source} does not exist")
+        if pass_through in existing:
+            return
+        (described,) = await admin.describe_topics([source])
+        partitions = len(described["partitions"])
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics([NewTopic(pass_through, partitions, settings.replication)])
+    finally:
+        await admin.close()
 
 
 async def known_ids(settings: Settings) -> set[str]:
@@ -140,8 +162,9 @@ async def attach(
 ) -> Counter[str]:
     """Attach `source` until cancelled, or until it has been idle `until_idle` seconds.
     `group`: the consumer group (default `<prefix>groundstream-attach`)."""
-    known = await known_ids(settings)
     target = pass_through or pass_through_topic(source)
+    await prepare_topics(settings, source, target)
+    known = await known_ids(settings)
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=settings.bootstrap_servers,
@@ -174,7 +197,7 @@ async def attach(
             routed = []
             for message in messages:
                 r = route_message(message, mapping, settings, target, known, time.time())
-                if r.counted == "candidate" and r.candidate_id is not None:
+                if r.counted == "candidates" and r.candidate_id is not None:
                     known.add(r.candidate_id)
                 counts[r.counted] += 1
                 routed.append(r)
