@@ -39,6 +39,11 @@ from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]
 
+FIT_PROCEDURE = 2
+"""Bumped when `calibrate` writes something else for the same data and options, so the
+policy's version names the procedure too (2: an accept cut that nothing meets is inf, and
+the grounding model records its fitted domain)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Example:
@@ -197,6 +202,7 @@ def calibrate(
     # The version names the fit: same data, options and encoder give the same suffix.
     fingerprint = repr(
         (
+            FIT_PROCEDURE,
             FEATURES,
             sorted(hashes.items()),
             limit,
