@@ -7,7 +7,9 @@ This package may import the runtime core (`pipeline.*`); the core never imports 
   labelled examples (`fit_thresholds`, `fit_thresholds_from_scores`,
   `fit_reference_direction`, `strong_pass_cut`).
 * `grounding.py` — the P(grounded) logistic model and its cuts, with cross-validated
-  figures (`fit_grounding`, `fit_logistic`, `cross_validate`).
+  figures and its fitted domain (`fit_grounding`, `fit_logistic`, `cross_validate`), and
+  the cuts alone on given probabilities (`fit_cuts`, `operating_point`: what
+  `calibrate --from-decisions` refits on reviewers' verdicts).
 * `metrics.py` — AUROC, ROC, Youden's cut, length-matched AUROC, calibration tables.
 """
 
