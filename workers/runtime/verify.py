@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -40,8 +40,18 @@ def run_lines(
     """The embedded ladder over raw candidate lines (or dicts), with a progress bar if asked."""
     stages = build_ladder(settings)
     ctx = make_context(settings, policy)
+
+    async def run(on_batch: Callable[[str, int], None] | None = None) -> EmbeddedResult:
+        try:
+            return await run_embedded(
+                lines, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch
+            )
+        finally:  # the judge's and sampler's HTTP sessions, on the loop that opened them
+            for stage in stages:
+                await stage.close()
+
     if not progress:
-        return asyncio.run(run_embedded(lines, stages, ctx, batch_size=settings.batch_size))
+        return asyncio.run(run())
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
@@ -51,9 +61,7 @@ def run_lines(
             if stage == "geometry":
                 bar.advance(task, n)
 
-        return asyncio.run(
-            run_embedded(lines, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch)
-        )
+        return asyncio.run(run(on_batch))
 
 
 def write_records(records: list[dict], out: IO[bytes]) -> None:
