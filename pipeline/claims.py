@@ -17,7 +17,8 @@ Units
       (only stop and meta words: "I hope this helps!") are not claims. An assistant's
       lead-in ("Based on the passage, the answer is …", "… is the answer") is stripped from
       the claim text, so the wording of the wrapper cannot decide.
-    * A *window* is 1 to ``max_sentences`` consecutive sentences of one context chunk. A
+    * A *window* is 1 to ``max_sentences`` consecutive sentences of one context chunk
+      (by default one sentence, see ``DEFAULT_WINDOW_SENTENCES``). A
       chunk that is a JSON object or array is read field by field: each leaf becomes the
       statement ``"path: value"``, and windows run over consecutive fields.
 
@@ -56,9 +57,13 @@ __all__ = [
     "summarise",
 ]
 
-DEFAULT_WINDOW_SENTENCES = 2
-"""Longest window, in source sentences: a claim usually rests on one sentence and its
-neighbour (a pronoun's antecedent); longer windows blur a swapped name into its context."""
+DEFAULT_WINDOW_SENTENCES = 1
+"""Longest window, in source sentences. One: a two-sentence window holds the swapped-in
+name of its neighbour ("The capital is Sydney" against "Canberra is the capital. Sydney is
+its largest city."), and measured with the shipped head, single sentences kept the
+cross-validated RAGTruth and BEGIN figures (claim AUROC 0.711 vs 0.706) while HaluEval QA
+rose from 0.79 to 0.86; a claim stitched from several sentences is seen by the head's
+whole-context coverage feature instead."""
 
 DEFAULT_CANDIDATES = 3
 """Windows per claim handed to the (costly) pair scorer, chosen by the cheap ranking."""

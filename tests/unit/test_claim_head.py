@@ -104,8 +104,8 @@ class TestAssess:
         windows, cands, features = prepare_pairs(
             ["It carries 240 passengers."], CONTEXT, fake_encode
         )
-        assert len(windows) == 3 and len(cands[0]) == 3
-        assert features.shape == (3, WIDTH)
+        assert len(windows) == 2 and len(cands[0]) == 2  # two sentences, one window each
+        assert features.shape == (2, WIDTH)
 
     def test_empty_context_leaves_claims_unsupported(self) -> None:
         got = assess("It carries 240 passengers.", "", fake_encode, coverage_head(WIDTH))

@@ -85,6 +85,9 @@ class TestWindows:
         assert [(w.first, w.size) for w in windows] == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1)]
         assert windows[1].text.startswith("The lighthouse") and "31 metres" in windows[1].text
 
+    def test_single_sentences_by_default(self) -> None:
+        assert [w.size for w in split_windows(CONTEXT)] == [1, 1, 1]
+
     def test_windows_stay_within_a_chunk(self) -> None:
         windows = split_windows(["First chunk here.", "Second chunk here."], max_sentences=3)
         assert [(w.chunk, w.size) for w in windows] == [(0, 1), (1, 1)]
@@ -93,7 +96,7 @@ class TestWindows:
         ctx = '{"name": "Gull Cafe", "hours": {"Monday": "9-17"}, "tags": ["tea", "cake"]}'
         fields = ("name: Gull Cafe", "hours Monday: 9-17", "tags: tea, cake")
         assert context_statements(ctx) == (fields,)
-        assert split_windows(ctx)[1].text == "name: Gull Cafe; hours Monday: 9-17"
+        assert split_windows(ctx, max_sentences=2)[1].text == "name: Gull Cafe; hours Monday: 9-17"
 
     def test_broken_json_is_prose(self) -> None:
         assert context_statements("{not json. Really not.") == (("{not json.", "Really not."),)

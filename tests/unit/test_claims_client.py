@@ -34,12 +34,12 @@ class FakeEncoder:
 
 def test_a_saved_head_loads_with_its_metadata(tmp_path: Path) -> None:
     head = two_layer_head()
-    _save(head, tmp_path, {"seed": 7})
+    _save(head, tmp_path, {"seed": 7, "cv": {"cut": float("inf")}})
     loaded = load_head(tmp_path)
     x = np.random.default_rng(1).normal(size=(5, WIDTH)).astype(np.float32)
     # float16 weights: the shipped head agrees with the trained one to a few decimals
     np.testing.assert_allclose(loaded.probability(x), head.probability(x), atol=5e-3)
-    assert head_metadata(tmp_path) == {"seed": 7}
+    assert head_metadata(tmp_path) == {"seed": 7, "cv": {"cut": None}}  # strict JSON
 
 
 def test_a_missing_head_says_where_it_looked(tmp_path: Path) -> None:

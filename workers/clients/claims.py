@@ -16,13 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+import pipeline
 from pipeline.claim_head import ClaimHead, assess, pair_features
 from pipeline.claims import ClaimSupport, context_statements
 from pipeline.support import measure_support
 
 __all__ = ["DEFAULT_HEAD_DIR", "ClaimScorer", "head_metadata", "load_head", "load_scorer"]
 
-DEFAULT_HEAD_DIR = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "claims"
+DEFAULT_HEAD_DIR = Path(pipeline.__file__).resolve().parent / "data" / "claims"
+"""The shipped head: package data of ``pipeline``, so an installed copy finds it too."""
 
 
 @lru_cache(maxsize=4)

@@ -97,9 +97,10 @@ class TrainConfig:
     out_dir: Path
     seed: int = 0
     folds: int = 5
-    hidden: int = 16
+    hidden: int = 0
     epochs: int = 20
     l2: float = 1e-4
+    ragtruth_weight: float = 3.0
     max_accept_error: float = 0.08
 
 
@@ -126,10 +127,13 @@ def _fold_of(group: str, folds: int) -> int:
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % folds
 
 
-def _training_pairs(items: Sequence[_Prepared]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _training_pairs(
+    items: Sequence[_Prepared], ragtruth_weight: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, labels, weights): a supported claim's best candidate is a positive; every
     candidate of an unsupported claim is a negative. Within each source the two labels
-    weigh the same, so RAGTruth's mostly-supported claims do not teach "always yes"."""
+    weigh the same, so RAGTruth's mostly-supported claims do not teach "always yes"; the
+    real RAG answers then weigh ``ragtruth_weight`` times a source's share."""
     xs, ys, srcs = [], [], []
     for item in items:
         at = 0
@@ -149,6 +153,7 @@ def _training_pairs(items: Sequence[_Prepared]) -> tuple[np.ndarray, np.ndarray,
             cell = (src == s) & (y == label)
             if cell.any():
                 w[cell] = len(y) / (2 * len(np.unique(src)) * cell.sum())
+    w[src == "ragtruth"] *= ragtruth_weight
     return x, y, w
 
 
@@ -261,7 +266,7 @@ def _cross_validate(
     scored: list[_Scored | None] = [None] * len(items)
     for k in range(config.folds):
         train = [item for item, f in zip(items, fold, strict=True) if f != k]
-        head = _fit_head(*_training_pairs(train), config)
+        head = _fit_head(*_training_pairs(train, config.ragtruth_weight), config)
         test = [i for i, f in enumerate(fold) if f == k]
         for i, s in zip(test, _score([items[i] for i in test], head), strict=True):
             scored[i] = s
@@ -301,6 +306,16 @@ def _phrasing_figures(scored: Sequence[_Scored]) -> dict[str, dict[str, float]]:
     return figures
 
 
+def _finite(value):
+    """``value`` with infinities and NaNs as None: strict JSON has no such numbers (an
+    infinite cut means no cut meets the bound)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
 def _save(head: ClaimHead, out_dir: Path, metadata: dict) -> None:
     """``head.npz`` (float16 weights: the figures are recomputed from the saved head) and
     ``head.json`` beside it."""
@@ -310,7 +325,8 @@ def _save(head: ClaimHead, out_dir: Path, metadata: dict) -> None:
         arrays[f"w{i}"] = w.astype(np.float16)
         arrays[f"b{i}"] = b.astype(np.float16)
     np.savez_compressed(out_dir / "head.npz", **arrays)
-    (out_dir / "head.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(_finite(metadata), indent=2, sort_keys=True, allow_nan=False)
+    (out_dir / "head.json").write_text(text + "\n")
 
 
 def train(config: TrainConfig, command: str, echo=print) -> dict:
@@ -334,7 +350,7 @@ def train(config: TrainConfig, command: str, echo=print) -> dict:
     echo(f"preparing {len(examples)} examples (embeddings cached in {cache.path})")
     items = _prepare(examples, cache)
     figures, _ = _cross_validate(items, config)
-    head = _fit_head(*_training_pairs(items), config)
+    head = _fit_head(*_training_pairs(items, config.ragtruth_weight), config)
     hashes = {p.name: file_sha256(p) for p in (config.ragtruth, config.begin)}
     sources = sorted({e.source for e in examples})
     metadata: dict = {
@@ -345,6 +361,7 @@ def train(config: TrainConfig, command: str, echo=print) -> dict:
         "hidden": config.hidden,
         "epochs": config.epochs,
         "l2": config.l2,
+        "ragtruth_weight": config.ragtruth_weight,
         "data_sha256": hashes,
         "n_examples": {s: sum(e.source == s for e in examples) for s in sources},
         "cv": figures,
