@@ -334,7 +334,9 @@ def verify_trails(
     notes: list[Problem] = []
     newest = max((t for r, _ in records if (t := _record_time(r)) is not None), default=0.0)
     for record, where in records:
-        cid, stage = str(record.get("candidate_id")), str(record.get("stage"))
+        if not isinstance(record.get("candidate_id"), str):
+            continue  # not a decision record: named as altered by the chain check
+        cid, stage = record["candidate_id"], str(record.get("stage"))
         if stage == SUPERSEDED_STAGE:
             notes.append(
                 Problem(Finding.SUPERSEDED, f"{cid} at {where}", str(record.get("reason", "")))

@@ -30,6 +30,9 @@ class Topic(StrEnum):
     DECISIONS = "decisions"
     DEADLETTER = "deadletter"
     CONTROL = "control"
+    AUDIT = "audit"
+    AUDIT_HEADS = "audit.heads"
+    DECISIONS_PUBLIC = "decisions.public"
 
     def full(self, prefix: str = "") -> str:
         return f"{prefix}{self.value}"
@@ -63,7 +66,12 @@ class TopicSpec:
         return base | self.configs
 
 
-TOPIC_SPECS: tuple[TopicSpec, ...] = tuple(
-    TopicSpec(t, compacted=True, fixed_partitions=1) if t is Topic.CONTROL else TopicSpec(t)
-    for t in Topic
-)
+_SPECIAL: dict[Topic, TopicSpec] = {
+    Topic.CONTROL: TopicSpec(Topic.CONTROL, compacted=True, fixed_partitions=1),
+    # The audit chain is the record auditors prove things with: kept until deleted on
+    # purpose. Its heads table is the recorder's state, one entry per session.
+    Topic.AUDIT: TopicSpec(Topic.AUDIT, configs={"retention.ms": "-1"}),
+    Topic.AUDIT_HEADS: TopicSpec(Topic.AUDIT_HEADS, compacted=True),
+}
+
+TOPIC_SPECS: tuple[TopicSpec, ...] = tuple(_SPECIAL.get(t, TopicSpec(t)) for t in Topic)

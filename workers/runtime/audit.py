@@ -1,0 +1,150 @@
+"""`groundstream audit verify`: read `audit`, `candidates` and the recorder's chain heads,
+and let `pipeline.audit.verify` judge them.
+
+Everything is read without a consumer group at read_committed (`ranges.read_range`), so
+an aborted recorder transaction is never mistaken for a chain. `--session` narrows the
+check to one chain and that session's candidates; `--from` starts both reads at an offset
+or a time, and the chains are then checked from wherever they start in that range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+from aiokafka import ConsumerRecord
+
+from pipeline.audit import AuditReport, CandidateMessage, Head, Located, verify
+from pipeline.replay import Position, message_ids
+from topics.codec import loads
+from topics.names import Topic
+from workers.runtime.ranges import read_range
+from workers.runtime.settings import Settings
+from workers.stages.recorder import chain_name
+
+KEY_ENV = "GROUNDSTREAM_AUDIT_KEY"
+
+
+def key_from_env(env: Mapping[str, str] = os.environ) -> bytes | None:
+    """The chains' HMAC key: from the environment only, never a flag (shell history,
+    process lists). Unset or empty: unkeyed SHA-256 chains."""
+    value = env.get(KEY_ENV, "")
+    return value.encode() if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditScope:
+    start: Position | None = None
+    session: str | None = None
+    grace: float = 60.0
+
+
+def _where(message: ConsumerRecord) -> str:
+    return f"{message.topic}[{message.partition}]@{message.offset}"
+
+
+def _object(value: bytes | None) -> dict[str, Any]:
+    try:
+        data = loads(value) if value else None
+    except (ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def located(messages: list[ConsumerRecord], session: str | None) -> list[Located]:
+    out = []
+    for message in messages:
+        entry = _object(message.value)
+        if session is None or entry.get("chain", chain_name(message.key)) == session:
+            out.append(Located(entry, _where(message)))
+    return out
+
+
+def candidate_messages(
+    messages: list[ConsumerRecord], session: str | None
+) -> list[CandidateMessage]:
+    out = []
+    for m in messages:
+        if session is not None and _object(m.value).get("session_id", chain_name(m.key)) != session:
+            continue
+        ids = message_ids(m.value, m.topic, m.partition, m.offset)
+        out.append(CandidateMessage(ids, _where(m), (m.timestamp or 0) / 1000.0))
+    return out
+
+
+def read_heads(messages: list[ConsumerRecord]) -> dict[str, Head]:
+    """The compacted head table as of its end: the last value per key wins."""
+    heads: dict[str, Head] = {}
+    for message in messages:
+        name = chain_name(message.key)
+        if message.value is None:
+            heads.pop(name, None)
+        else:
+            heads[name] = Head.from_dict(_object(message.value))
+    return heads
+
+
+async def _read(settings: Settings, scope: AuditScope) -> tuple[Any, ...]:
+    audit = await read_range(settings, settings.topic(Topic.AUDIT), scope.start)
+    candidates = await read_range(settings, settings.topic(Topic.CANDIDATES), scope.start)
+    try:
+        heads = read_heads(await read_range(settings, settings.topic(Topic.AUDIT_HEADS)))
+    except LookupError:
+        heads = None  # no recorder has run: nothing to compare the tails with
+    return audit, candidates, heads
+
+
+def audit_verify(settings: Settings, scope: AuditScope, key: bytes | None) -> AuditReport:
+    audit, candidates, heads = asyncio.run(_read(settings, scope))
+    if heads is not None and scope.session is not None:
+        heads = {k: v for k, v in heads.items() if k == scope.session}
+    return verify(
+        located(audit, scope.session),
+        candidate_messages(candidates, scope.session),
+        key,
+        anchored=scope.start is None,
+        heads=heads if scope.start is None else None,
+        grace=scope.grace,
+    )
+
+
+def render_report(report: AuditReport, out: IO[str] | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, stderr=out is None, width=160)
+    summary = Table(title="audit")
+    summary.add_column("")
+    summary.add_column("", justify="right")
+    for label, value in (
+        ("chains", report.chains),
+        ("entries", report.entries),
+        ("candidates", report.candidates),
+        ("problems", len(report.problems)),
+        ("superseded attempts", sum(1 for n in report.notes if n.kind.name == "SUPERSEDED")),
+        ("in flight", sum(1 for n in report.notes if n.kind.name == "IN_FLIGHT")),
+    ):
+        summary.add_row(label, str(value))
+    console.print(summary)
+    if report.problems:
+        table = Table(title="problems")
+        for column in ("kind", "what", "detail"):
+            table.add_column(column, overflow="fold")
+        for problem in report.problems:
+            table.add_row(problem.kind.value, problem.what, problem.detail)
+        console.print(table)
+    console.print("intact" if report.intact else "NOT intact")
+
+
+def report_dict(report: AuditReport) -> Mapping[str, Any]:
+    return {
+        "intact": report.intact,
+        "chains": report.chains,
+        "entries": report.entries,
+        "candidates": report.candidates,
+        "problems": [p.to_dict() for p in report.problems],
+        "notes": [n.to_dict() for n in report.notes],
+    }
