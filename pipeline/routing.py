@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from pipeline.errors import PolicyError
+from pipeline.provenance import DEFAULT_GROUNDING_SOURCES, Source, parse_sources
 from pipeline.switch import SwitchAction, parse_on_reject
 
 ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
@@ -23,6 +24,10 @@ BELOW_REVIEW_JUDGE = "judge"
 BELOW_REVIEW_CHOICES = (BELOW_REVIEW_ON_REJECT, BELOW_REVIEW_JUDGE)
 """Where an answer below the review cut goes when a judge is configured
 (`below_review_with_judge`): the route's on_reject as without one, or the judge."""
+
+
+INITIATORS = frozenset({"user", "agent"})
+"""Who a candidate's turn comes from (the candidate's `initiator`)."""
 
 
 class Mode(StrEnum):
@@ -51,8 +56,26 @@ class RouteConfig:
     judge_accept_cut: float | None = None
     """With a judge configured, P(grounded) auto-accepts below this go to the judge."""
 
+    grounding_sources: frozenset[Source] = DEFAULT_GROUNDING_SOURCES
+    """Context sources whose chunks may ground an answer (`pipeline.provenance`)."""
+    min_distinct_samples: int = 2
+    """Distinct samples of the candidate's own (copies of the response or of each other
+    count once) that consistency needs before it may commit."""
+    allowed_initiators: frozenset[str] = INITIATORS
+    """Who may ask for this route (the candidate's `initiator`); others are refused."""
+
     def __post_init__(self) -> None:
         prefix = f"routes.{self.name}"
+        if self.min_distinct_samples < 1:
+            raise PolicyError(
+                f"{prefix}.min_distinct_samples", self.min_distinct_samples, "an integer >= 1"
+            )
+        if not self.allowed_initiators or not self.allowed_initiators <= INITIATORS:
+            raise PolicyError(
+                f"{prefix}.allowed_initiators",
+                sorted(self.allowed_initiators),
+                f"a non-empty list of {', '.join(sorted(INITIATORS))}",
+            )
         if self.below_review_with_judge not in BELOW_REVIEW_CHOICES:
             raise PolicyError(
                 f"{prefix}.below_review_with_judge",
@@ -96,6 +119,9 @@ class RouteConfig:
             "latch_escalation",
             "breaker_threshold",
             "breaker_cooldown_seconds",
+            "grounding_sources",
+            "min_distinct_samples",
+            "allowed_initiators",
             "below_review_with_judge",
             "judge_accept_cut",
         }
@@ -120,6 +146,14 @@ class RouteConfig:
             latch_escalation=_typed(data, prefix, "latch_escalation", bool, False),
             breaker_threshold=_typed(data, prefix, "breaker_threshold", int, 5),
             breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0),  # type: ignore[arg-type]
+            grounding_sources=parse_sources(
+                _typed(data, prefix, "grounding_sources", list, sorted(DEFAULT_GROUNDING_SOURCES)),
+                f"{prefix}.grounding_sources",
+            ),
+            min_distinct_samples=_typed(data, prefix, "min_distinct_samples", int, 2),
+            allowed_initiators=frozenset(
+                map(str, _typed(data, prefix, "allowed_initiators", list, sorted(INITIATORS)))
+            ),
             below_review_with_judge=_typed(
                 data, prefix, "below_review_with_judge", str, BELOW_REVIEW_ON_REJECT
             ),

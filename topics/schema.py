@@ -19,6 +19,9 @@ from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
 
 SCHEMA_VERSION = 1
+RETRIEVAL = "retrieval"
+SOURCES = (RETRIEVAL, "tool", "history", "user")
+"""Where a context chunk may come from (`pipeline.provenance.Source`, as wire names)."""
 MAX_ID_CHARS = 256
 DEFAULT_MAX_CANDIDATE_BYTES = 1024 * 1024
 
@@ -42,6 +45,7 @@ class Candidate:
     turn: int = 0
     initiator: str = "user"
     context: str | tuple[str, ...] | None = None
+    context_sources: tuple[str, ...] | None = None
     samples: tuple[str, ...] | None = None
     deadline: float | None = None
     route: str | None = None
@@ -53,6 +57,12 @@ class Candidate:
             return None
         return (self.context,) if isinstance(self.context, str) else self.context
 
+    @property
+    def chunk_sources(self) -> tuple[str, ...]:
+        """Where each context chunk came from; a chunk given as a bare string is retrieval."""
+        chunks = self.context_chunks or ()
+        return self.context_sources or (RETRIEVAL,) * len(chunks)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -63,7 +73,14 @@ class Candidate:
             "question": self.question,
             "response": self.response,
         }
-        if self.context is not None:
+        if self.context is not None and self.context_sources is not None:
+            out["context"] = [
+                text if source == RETRIEVAL else {"text": text, "source": source}
+                for text, source in zip(
+                    self.context_chunks or (), self.context_sources, strict=True
+                )
+            ]
+        elif self.context is not None:
             out["context"] = self.context if isinstance(self.context, str) else list(self.context)
         if self.samples is not None:
             out["samples"] = list(self.samples)
@@ -122,6 +139,33 @@ def _deadline(value: Any) -> float | None:
     raise MalformedMessage("wrong type: deadline must be epoch seconds or ISO 8601")
 
 
+def _chunks(raw: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """Context chunks and their sources: each chunk a non-empty string (retrieval) or an
+    object ``{"text": ..., "source": one of SOURCES}``; sources None when all are bare."""
+    if not raw:
+        raise MalformedMessage("empty field: context chunks must be non-empty strings")
+    texts: list[str] = []
+    sources: list[str] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, dict):
+            text, source = item.get("text"), item.get("source", RETRIEVAL)
+            if set(item) - {"text", "source"}:
+                raise MalformedMessage(f"bad value: context[{i}] has keys other than text, source")
+            if source not in SOURCES:
+                allowed = ", ".join(SOURCES)
+                raise MalformedMessage(f"bad value: context[{i}].source must be one of {allowed}")
+        else:
+            text, source = item, RETRIEVAL
+        if not isinstance(text, str):
+            raise MalformedMessage(f"wrong type: context[{i}] must be a string or a chunk object")
+        if not text.strip():
+            raise MalformedMessage("empty field: context chunks must be non-empty strings")
+        texts.append(text)
+        sources.append(source)
+    named = any(isinstance(item, dict) for item in raw)
+    return tuple(texts), tuple(sources) if named else None
+
+
 def candidate_from_dict(data: Any) -> Candidate:
     """Validate a decoded candidate object."""
     if not isinstance(data, dict):
@@ -145,6 +189,7 @@ def candidate_from_dict(data: Any) -> Candidate:
         raise MalformedMessage("bad value: initiator must be 'user' or 'agent'")
     raw_context = data.get("context")
     context: str | tuple[str, ...] | None
+    context_sources: tuple[str, ...] | None = None
     if raw_context is None or isinstance(raw_context, str):
         context = _text(data, "context", required=False)
     elif not isinstance(raw_context, list):
@@ -153,9 +198,7 @@ def candidate_from_dict(data: Any) -> Candidate:
             f"not {type(raw_context).__name__}"
         )
     else:
-        context = _text_list(data, "context")
-        if context is not None and (not context or not all(c.strip() for c in context)):
-            raise MalformedMessage("empty field: context chunks must be non-empty strings")
+        context, context_sources = _chunks(raw_context)
     route = _text(data, "route", required=False)
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
@@ -168,6 +211,7 @@ def candidate_from_dict(data: Any) -> Candidate:
         turn=turn,
         initiator=initiator,
         context=context,
+        context_sources=context_sources,
         samples=_text_list(data, "samples"),
         deadline=_deadline(data.get("deadline")),
         route=route,

@@ -54,6 +54,7 @@ def run_stage(name: str, settings: Settings) -> None:
         policy=policy,
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
+        stage_key=settings.stage_key.encode() or None,
     )
     if spec.needs_encoder:
         from workers.clients.encoder import stage_encoder

@@ -119,6 +119,7 @@ class Settings:
     judge_timeout: float = 10.0
     judge_api_key: str = field(default="", repr=False)
     sampler_api_key: str = field(default="", repr=False)
+    stage_key: str = field(default="", repr=False)
     nli_model: str = ""
     log_level: str = "warning"
     otlp_endpoint: str = ""

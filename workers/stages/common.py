@@ -6,33 +6,72 @@ import abc
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from pipeline.routing import expired
+from pipeline.provenance import Chunk, ContextEvidence, Source, assess_context
+from pipeline.routing import RouteConfig, expired
 from topics.names import Topic
-from topics.schema import Envelope, MalformedMessage, parse_envelope
+from topics.schema import Candidate, Envelope, MalformedMessage, parse_envelope
+from topics.signing import verify
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 from workers.stages.routes import HOLD
 
 
 def open_envelopes(
-    stage: str, batch: Sequence[Inbound], ctx: StageContext
+    stage: str, batch: Sequence[Inbound], ctx: StageContext, source: Topic
 ) -> tuple[list[Envelope], list[Emit]]:
-    """Decode a batch: usable envelopes, plus emits for dead letters and expired deadlines."""
+    """Decode a batch: usable envelopes, plus emits for dead letters and expired deadlines.
+
+    With a stage key, an envelope whose signature for `source` does not verify is dead-
+    lettered unread: only a stage may write an inner topic. A person's verdict is not
+    subject to the deadline (the deadline is what sent it to that person)."""
     now = ctx.clock()
     usable: list[Envelope] = []
     emits: list[Emit] = []
     for item in batch:
+        forged = ctx.stage_key and verify(ctx.stage_key, source.value, item.value, item.headers)
+        if forged:
+            emits += deadletter(item, forged, stage, now)
+            continue
         try:
             env = parse_envelope(item.value)
         except MalformedMessage as exc:
             emits += deadletter(item, exc.reason, stage, now)
             continue
-        if expired(env.deadline, now):
+        if env.human is None and expired(env.deadline, now):
             emits += expire(stage, env, ctx)
             continue
         usable.append(env)
     return usable, emits
+
+
+def evidence_context(
+    candidate: Candidate, route: RouteConfig
+) -> tuple[tuple[str, ...] | None, ContextEvidence | None]:
+    """The context chunks that count as evidence on `route` (None when none do), and the
+    assessment for the record (None without a context). Every stage that reads the
+    context (geometry, consistency's sampler, judge, rules) reads only these, so a chunk
+    the candidate supplied about itself grounds nothing anywhere on the ladder."""
+    chunks = candidate.context_chunks
+    if chunks is None:
+        return None, None
+    assessed = assess_context(
+        [Chunk(t, Source(s)) for t, s in zip(chunks, candidate.chunk_sources, strict=True)],
+        candidate.response,
+        route.grounding_sources,
+    )
+    counted = tuple(chunks[i] for i in assessed.counted)
+    return counted or None, assessed
+
+
+def evidence_only(env: Envelope, route: RouteConfig) -> Envelope:
+    """`env` with its candidate's context cut to the chunks that count as evidence (for
+    scoring; the envelope sent on keeps the candidate as it came)."""
+    chunks, assessed = evidence_context(env.candidate, route)
+    if assessed is None or not assessed.excluded:
+        return env
+    return replace(env, candidate=replace(env.candidate, context=chunks, context_sources=None))
 
 
 def hold_for_review(
@@ -68,7 +107,7 @@ class EnvelopeStage(abc.ABC):
     source: Topic
 
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        envelopes, emits = open_envelopes(self.name, batch, ctx, self.source)
         for result in await asyncio.gather(*(self.decide_one(env, ctx) for env in envelopes)):
             emits += result
         return emits

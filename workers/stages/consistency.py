@@ -14,13 +14,14 @@ import time
 import numpy as np
 
 from pipeline.consistency import BudgetLimit, ConsistencyDecision, decide_consistency
+from pipeline.provenance import distinct_samples
 from pipeline.routing import expired
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.encoder import stage_encoder
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.nli import load_nli
-from workers.stages.common import EnvelopeStage, expire
+from workers.stages.common import EnvelopeStage, evidence_context, expire
 from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
 from workers.stages.routes import DEFER, PASS
 
@@ -47,16 +48,20 @@ class ConsistencyStage(EnvelopeStage):
         started = time.perf_counter()
         c = env.candidate
         config = ctx.policy.consistency
-        samples = [s for s in (c.samples or ()) if s.strip()]
+        route = ctx.route_for(env.route)
+        # Samples the candidate brought may be its own answer again: copies count once.
+        supplied = distinct_samples(c.samples or (), c.response, route.min_distinct_samples)
+        samples = list(supplied.distinct)
         budget = BudgetLimit.NONE
         evidence: dict = {"sample_source": "candidate" if samples else "none"}
+        if samples:
+            evidence["distinct_samples"] = supplied.to_dict()
         breaker = None
         if not samples and self.pool.configured:
-            route = ctx.route_for(env.route)
             endpoint = self.pool.for_route(route)
             drawn = await endpoint.sample(
                 c.question,
-                c.context_chunks,
+                evidence_context(c, route)[0],
                 config.n_samples,
                 config.temperature,
                 config.max_tokens,
@@ -88,6 +93,24 @@ class ConsistencyStage(EnvelopeStage):
         decision = await asyncio.to_thread(self._decide, env, samples, budget, ctx)
         evidence.update(decision.to_dict())
         evidence["similarity"] = "nli" if self.nli_model else "embedding"
+        if decision.passes and evidence["sample_source"] == "candidate" and not supplied.enough:
+            return conclude(
+                ctx,
+                env,
+                stage=self.name,
+                action="unresolved",
+                reason=(
+                    f"{len(supplied.distinct)} distinct sample(s) of the candidate's own, "
+                    f"{supplied.min_distinct} needed to commit; the judge decides"
+                ),
+                verdict=DEFER,
+                started=started,
+                score=decision.consistency_score,
+                method="consistency",
+                level=decision.level.value,
+                gate="too_few_distinct_samples",
+                evidence=evidence,
+            )
         return conclude(
             ctx,
             env,

@@ -21,7 +21,7 @@ from pipeline.scoring import score_batch
 from topics.names import Topic
 from topics.schema import Envelope, GeometryPayload, MalformedMessage, parse_candidate
 from workers.clients.encoder import stage_encoder
-from workers.stages.common import expire
+from workers.stages.common import evidence_context, evidence_only, expire, hold_for_review
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 from workers.stages.routes import SCORED, SKIP
 
@@ -42,6 +42,10 @@ class GeometryStage:
                 emits += deadletter(item, exc.reason, self.name, now)
                 continue
             route = ctx.route_for(candidate.route)
+            if candidate.initiator not in route.allowed_initiators:
+                why = f"route {route.name!r} is not open to initiator {candidate.initiator!r}"
+                emits += deadletter(item, why, self.name, now)
+                continue
             env = Envelope(
                 candidate=candidate,
                 route=route.name,
@@ -62,6 +66,18 @@ class GeometryStage:
                 )
             elif expired(env.deadline, now):
                 emits += expire(self.name, env, ctx)
+            elif (found := evidence_context(candidate, route))[1] and not found[0]:
+                # A context was given and none of it may ground the answer (its own words,
+                # or sources the route does not trust): fail closed.
+                emits += hold_for_review(
+                    self.name,
+                    env,
+                    ctx,
+                    started=started,
+                    gate="no_evidence",
+                    reason="no context chunk counts as evidence",
+                    evidence={"provenance": found[1].to_dict()},
+                )
             else:
                 ready.append((env, started))
         if not ready:
@@ -70,7 +86,11 @@ class GeometryStage:
         encoder = stage_encoder(ctx)
         # The encoder call runs in a thread so the consumer keeps heartbeating meanwhile.
         results = await asyncio.to_thread(
-            _score_by_route, [env for env, _ in ready], encoder, reference, ctx.policy
+            _score_by_route,
+            [evidence_only(env, ctx.route_for(env.route)) for env, _ in ready],
+            encoder,
+            reference,
+            ctx.policy,
         )
         for (env, started), scored in zip(ready, results, strict=True):
             verdict = check(scored, ctx.policy.thresholds_for(env.route))
@@ -80,6 +100,9 @@ class GeometryStage:
                 "geometry": payload.to_dict(),
                 "encoder": getattr(encoder, "model_id", "custom"),
             }
+            assessed = evidence_context(env.candidate, ctx.route_for(env.route))[1]
+            if assessed is not None:
+                evidence["provenance"] = assessed.to_dict()
             if isinstance(scored, GroundingScore):
                 evidence["grounding_probability"] = scored.value
                 evidence["features"] = dict(scored.features)

@@ -16,7 +16,7 @@ from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.llm import failure_kind
-from workers.stages.common import EnvelopeStage, expire, hold_for_review
+from workers.stages.common import EnvelopeStage, evidence_context, expire, hold_for_review
 from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
 
 
@@ -46,7 +46,11 @@ class JudgeStage(EnvelopeStage):
             env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds)
         )
         readout, calls = await endpoint.judge(
-            c.question, c.context_chunks, c.response, ctx.policy.judge, timeout=timeout
+            c.question,
+            evidence_context(c, route)[0],
+            c.response,
+            ctx.policy.judge,
+            timeout=timeout,
         )
         if expired(env.deadline, ctx.clock()):
             return expire(self.name, env, ctx)

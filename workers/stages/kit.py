@@ -21,6 +21,7 @@ from pipeline.routing import Mode, RouteConfig
 from topics.codec import dumps
 from topics.names import TERMINAL, Topic
 from topics.schema import Candidate, Envelope
+from topics.signing import signed
 from workers.stages.routes import route, served
 
 
@@ -77,6 +78,8 @@ class StageContext:
     sessions: MutableMapping[str, Any] = field(default_factory=dict)
     services: dict[str, Any] = field(default_factory=dict)
     max_candidate_bytes: int = 1024 * 1024
+    stage_key: bytes | None = None
+    """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)
@@ -126,7 +129,8 @@ def conclude(
     decided = route(stage, verdict)
     target = served(mode, decided)
     served_action = action if target is decided else "fallback"
-    if ctx.control.kill_switch and target is Topic.STATE:
+    if ctx.control.kill_switch and target is Topic.STATE and env.human is None:
+        # A person's verdict is the authority the kill switch defers to: it stands.
         # Defence in depth: the rules stage already holds state writes under the kill switch.
         target, served_action, gate = Topic.REVIEW, "escalate", gate or "kill_switch"
     ms = (time.perf_counter() - started) * 1000.0
@@ -184,7 +188,9 @@ def conclude(
         )
         emits.append(record_emit(outcome, key))
         env = replace(env, last_hash=outcome["hash"])
-    emits.append(Emit(target, key, env.encode(), _trace_headers(env)))
+    value = env.encode()
+    headers = signed(ctx.stage_key, target.value, value, _trace_headers(env))
+    emits.append(Emit(target, key, value, headers))
     return emits
 
 

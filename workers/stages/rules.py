@@ -15,7 +15,7 @@ from pipeline.authority import accepted_by
 from pipeline.rules import RuleInput, RulesAction, evaluate_rules
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stages.common import EnvelopeStage, hold_for_review
+from workers.stages.common import EnvelopeStage, evidence_context, hold_for_review
 from workers.stages.kit import Emit, StageContext, conclude
 
 
@@ -29,7 +29,9 @@ class RulesStage(EnvelopeStage):
         human = env.human is not None and env.human.accepted
         accepter = accepted_by(env.trail, human)
         verdict = evaluate_rules(
-            RuleInput(c.question, c.context_chunks, c.response, c.metadata),
+            RuleInput(
+                c.question, evidence_context(c, ctx.route_for(env.route))[0], c.response, c.metadata
+            ),
             ctx.policy.rules,
             accepter,
         )

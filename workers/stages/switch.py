@@ -36,7 +36,7 @@ class SwitchStage(EnvelopeStage):
         """No decision here awaits anything, so the batch is decided in one synchronous
         pass, in order: no task per envelope (EnvelopeStage gathers them, for stages whose
         model calls overlap); measured: 7% less CPU per envelope."""
-        envelopes, emits = open_envelopes(self.name, batch, ctx)
+        envelopes, emits = open_envelopes(self.name, batch, ctx, self.source)
         for env in envelopes:
             emits += self.decide(env, ctx)
         return emits
