@@ -519,6 +519,27 @@ def review_list(as_json: bool) -> None:
     Console().print(table)
 
 
+@review.command("show")
+@click.argument("candidate_id")
+def review_show(candidate_id: str) -> None:
+    """What the reviewer decides on: the question, each context chunk (with its source)
+    and the answer, as raw text; plus why it waits and who has claimed it."""
+    from workers.stages.review import pending
+
+    items = {p.envelope.candidate.id: p for p in asyncio.run(pending(_settings()))}
+    if candidate_id not in items:
+        raise click.ClickException(f"{candidate_id!r} is not waiting for review")
+    summary, texts = items[candidate_id].summary(), items[candidate_id].texts()
+    click.echo(f"{candidate_id} [{summary['session_id']}] turn {summary['turn']}")
+    click.echo(f"waiting because: {summary['reason']}")
+    if "claimed_by" in summary:
+        click.echo(f"claimed by {summary['claimed_by']} (routing not finished)")
+    click.echo(f"\nquestion:\n  {texts['question']}")
+    for i, (chunk, source) in enumerate(zip(texts["context"], texts["sources"], strict=True)):
+        click.echo(f"\ncontext [{i}] ({source}):\n  {chunk}")
+    click.echo(f"\nanswer:\n  {texts['answer']}")
+
+
 @review.command("decide")
 @click.argument("candidate_id")
 @click.argument("verdict", type=click.Choice(["accept", "reject"]))

@@ -1,23 +1,97 @@
-"""The review queue on Kafka: list what waits for a person, and record their verdict."""
+"""The review queue on Kafka: list what waits for a person, and record their verdict.
+
+One verdict per parked candidate, whoever else is deciding at the same moment. Kafka has
+no compare-and-set, but one partition has a total order, so the one-partition `control`
+topic arbitrates: a reviewer first appends a *claim* (the verdict, who, when) keyed by
+the candidate and the hash of the record that parked it, reads the topic back to its end,
+and only the first claim for that parking is routed. A later reviewer is told "already
+decided by … at …". The winner's decision record and its envelope are then written in
+one Kafka transaction (verdict and routing atomically), under a transactional id derived
+from the parking, so two processes completing the same claim fence each other.
+
+A crash between the claim and the routing leaves a claimed item on the list (nothing
+vanishes); any reviewer acting on it after `CLAIM_STALE_SECONDS` completes the *winning*
+claim's verdict, not their own. An item is decided when a `review` record links to (has
+as `prev_hash`) the record that parked it; a candidate parked again later is listed again.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import time
+import uuid
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from pipeline.policy import Policy
+from pipeline.records import iso_time
 from pipeline.review import HumanVerdict, reason
-from topics.codec import loads
+from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, HumanPayload, MalformedMessage, parse_envelope
 from workers.runtime.kafka_tools import reader
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext, conclude
+from workers.stages.kit import Emit, StageContext, conclude
 
 REVIEW_STAGE = "review"
+CLAIM_PREFIX = b"review-claim/"
+CLAIM_STALE_SECONDS = 60.0
+"""A claim this old without its routing is taken as abandoned (its writer crashed)."""
+
+
+class AlreadyDecided(LookupError):
+    """A verdict came second: another reviewer's verdict on this parking won."""
+
+    def __init__(self, candidate_id: str, by: str, at: float, verdict: str) -> None:
+        self.by, self.at, self.verdict = by, at, verdict
+        when = iso_time(at)
+        super().__init__(
+            f"{candidate_id!r} is not waiting for review: already decided by {by} at {when} "
+            f"({verdict})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A reviewer's verdict on one parking of one candidate, before it is routed."""
+
+    claim_id: str
+    candidate_id: str
+    parked: str
+    verdict: str
+    by: str
+    note: str
+    at: float
+
+    @property
+    def key(self) -> bytes:
+        return CLAIM_PREFIX + f"{self.candidate_id}/{self.claim_id}".encode()
+
+    def encode(self) -> bytes:
+        return dumps({"kind": "review_claim", **{f: getattr(self, f) for f in self.__slots__}})
+
+
+def read_claim(key: bytes | None, value: bytes | None) -> Claim | None:
+    """A claim from a control message; None for anything else (never raises)."""
+    if key is None or not key.startswith(CLAIM_PREFIX) or value is None:
+        return None
+    try:
+        data = loads(value)
+        claim = Claim(**{f: data[f] for f in Claim.__slots__})
+    except (ValueError, KeyError, TypeError):
+        return None
+    texts = (claim.claim_id, claim.candidate_id, claim.parked, claim.verdict, claim.by)
+    if not all(isinstance(t, str) for t in texts) or not isinstance(claim.at, int | float):
+        return None
+    return claim
+
+
+def first_claim(claims: list[Claim], candidate_id: str, parked: str) -> Claim | None:
+    """The claim that wins a parking: the first one in the control topic's order."""
+    return next((c for c in claims if c.candidate_id == candidate_id and c.parked == parked), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +100,13 @@ class Pending:
     reason: str
     gate: str | None
     queued_at: float
+    claimed: Claim | None = None
 
     def summary(self) -> dict[str, Any]:
         """What a reviewer's list shows; the raw texts stay in the envelope."""
         c = self.envelope.candidate
         last = self.envelope.trail[-1] if self.envelope.trail else {}
-        return {
+        out = {
             "candidate_id": c.id,
             "session_id": c.session_id,
             "turn": c.turn,
@@ -40,10 +115,23 @@ class Pending:
             "route": self.envelope.route,
             "queued_at": self.queued_at,
         }
+        if self.claimed is not None:
+            out["claimed_by"] = self.claimed.by
+            out["claimed_at"] = self.claimed.at
+        return out
+
+    def texts(self) -> dict[str, Any]:
+        """What the reviewer decides on, as raw text: for the holder of access only."""
+        c = self.envelope.candidate
+        return {
+            "question": c.question,
+            "context": list(c.context_chunks or ()),
+            "sources": list(c.chunk_sources),
+            "answer": c.response,
+        }
 
 
-async def read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
-    """Every record on `topic` up to its end as of now (no consumer group), within `timeout`."""
+async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
     consumer = reader(settings, settings.topic(topic))
     await consumer.start()
     try:
@@ -62,24 +150,48 @@ async def read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any
         await consumer.stop()
 
 
+async def _claims(settings: Settings, timeout: float) -> list[Claim]:
+    records = await _read_all(settings, Topic.CONTROL, timeout)
+    records.sort(key=lambda r: r.offset)
+    return [c for c in (read_claim(r.key, r.value) for r in records) if c is not None]
+
+
+def _decisions(records: list[Any]) -> tuple[set[str], dict[str, dict[str, Any]]]:
+    """(parkings already decided, last review record per candidate) from `decisions`."""
+    parked: set[str] = set()
+    last: dict[str, dict[str, Any]] = {}
+    for r in records:
+        try:
+            rec = loads(r.value)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("stage") != REVIEW_STAGE:
+            continue
+        parked.add(str(rec.get("prev_hash", "")))
+        last[str(rec.get("candidate_id"))] = rec
+    return parked, last
+
+
 async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
     """Items on escalations.review that no person has decided yet, oldest first."""
-    decided = {
-        rec["candidate_id"]
-        for rec in (loads(r.value) for r in await read_all(settings, Topic.DECISIONS, timeout))
-        if rec.get("stage") == REVIEW_STAGE
-    }
+    decided, _ = _decisions(await _read_all(settings, Topic.DECISIONS, timeout))
+    claims = await _claims(settings, timeout)
     queue: dict[str, Pending] = {}
-    for record in await read_all(settings, Topic.REVIEW, timeout):
+    for record in await _read_all(settings, Topic.REVIEW, timeout):
         try:
             env = parse_envelope(record.value)
         except MalformedMessage:
             continue
-        if env.candidate.id in decided:
+        if env.last_hash in decided:
+            queue.pop(env.candidate.id, None)
             continue
         last = env.trail[-1] if env.trail else {}
         queue[env.candidate.id] = Pending(
-            env, str(last.get("reason", "")), last.get("gate"), record.timestamp / 1000.0
+            env,
+            str(last.get("reason", "")),
+            last.get("gate"),
+            record.timestamp / 1000.0,
+            first_claim(claims, env.candidate.id, env.last_hash),
         )
     return sorted(queue.values(), key=lambda p: p.queued_at)
 
@@ -87,38 +199,99 @@ async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
 async def decide(
     settings: Settings, policy: Policy, candidate_id: str, verdict: HumanVerdict, by: str, note: str
 ) -> dict[str, Any]:
-    """Record a person's verdict and send the candidate on; returns the decision record."""
+    """Record a person's verdict and send the candidate on; returns the decision record.
+
+    Raises AlreadyDecided when another verdict on this parking came first, LookupError
+    when the candidate is not waiting for review at all."""
     if not by.strip():
         raise ValueError("--by must name the person deciding")
     items = {p.envelope.candidate.id: p for p in await pending(settings)}
     if candidate_id not in items:
-        raise LookupError(
-            f"{candidate_id!r} is not waiting for review (unknown or already decided)"
-        )
-    env = items[candidate_id].envelope
-    human = HumanPayload(verdict.value, by, note, time.time())
-    ctx = StageContext(policy=policy, default_route=settings.default_route)
-    emits = conclude(
+        _, last = _decisions(await _read_all(settings, Topic.DECISIONS, 20.0))
+        if candidate_id in last:
+            rec = last[candidate_id]
+            evidence = rec.get("evidence") or {}
+            raise AlreadyDecided(
+                candidate_id,
+                str(evidence.get("reviewer", "?")),
+                _epoch(rec),
+                str(rec.get("action")),
+            )
+        raise LookupError(f"{candidate_id!r} is not waiting for review")
+    item = items[candidate_id]
+    parked = item.envelope.last_hash
+    winner = item.claimed
+    if winner is None:
+        mine = Claim(uuid.uuid4().hex, candidate_id, parked, verdict.value, by, note, time.time())
+        await _send_claim(settings, mine)
+        winner = first_claim(await _claims(settings, 20.0), candidate_id, parked)
+        if winner is None:  # our own claim must be there: the topic did not read back
+            raise TimeoutError("the control topic did not read back the review claim")
+        if winner.claim_id != mine.claim_id:
+            raise AlreadyDecided(candidate_id, winner.by, winner.at, winner.verdict)
+    elif winner.by != by and time.time() - winner.at < CLAIM_STALE_SECONDS:
+        raise AlreadyDecided(candidate_id, winner.by, winner.at, winner.verdict)
+    record = await _route(settings, policy, item.envelope, winner)
+    if winner.by != by:  # an abandoned claim completed: theirs stands, not ours
+        raise AlreadyDecided(candidate_id, winner.by, winner.at, winner.verdict)
+    return record
+
+
+def _epoch(record: dict[str, Any]) -> float:
+    """A record's `decided_at` (ISO 8601) as epoch seconds; 0 when unreadable."""
+    try:
+        return datetime.fromisoformat(str(record.get("decided_at"))).timestamp()
+    except ValueError:
+        return 0.0
+
+
+async def _send_claim(settings: Settings, claim: Claim) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        topic = settings.topic(Topic.CONTROL)
+        await producer.send_and_wait(topic, claim.encode(), key=claim.key, partition=0)
+    finally:
+        await producer.stop()
+
+
+def review_emits(policy: Policy, settings: Settings, env: Envelope, claim: Claim) -> list[Emit]:
+    """The winning claim's decision record and routing, as one set of emits."""
+    verdict = HumanVerdict(claim.verdict)
+    human = HumanPayload(verdict.value, claim.by, claim.note, claim.at)
+    key = settings.stage_key.encode() or None
+    ctx = StageContext(policy=policy, default_route=settings.default_route, stage_key=key)
+    return conclude(
         ctx,
         env,
         stage=REVIEW_STAGE,
         action=verdict.value,
-        reason=reason(verdict, by, note),
+        reason=reason(verdict, claim.by, claim.note),
         verdict=verdict,
         started=time.perf_counter(),
         method="human",
-        evidence={"reviewer": by, "note": note},
+        evidence={"reviewer": claim.by, "note": claim.note},
         update=lambda e: replace(e, human=human),
     )
+
+
+async def _route(settings: Settings, policy: Policy, env: Envelope, claim: Claim) -> dict[str, Any]:
+    emits = review_emits(policy, settings, env, claim)
+    parking = hashlib.sha256(f"{env.candidate.id}/{env.last_hash}".encode()).hexdigest()[:24]
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, acks="all", max_request_size=MAX_MESSAGE_BYTES
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        transactional_id=f"{settings.topic_prefix}groundstream-review-{parking}",
+        max_request_size=MAX_MESSAGE_BYTES,
     )
     await producer.start()
     try:
-        for e in emits:
-            await producer.send_and_wait(
-                settings.topic(e.topic), e.value, key=e.key, headers=list(e.headers)
-            )
+        async with producer.transaction():
+            for e in emits:
+                await producer.send(
+                    settings.topic(e.topic), e.value, key=e.key, headers=list(e.headers)
+                )
     finally:
         await producer.stop()
     return loads(emits[0].value)

@@ -1,0 +1,136 @@
+"""Concurrent review verdicts on the real broker: exactly one wins, the others are told who
+decided first, and a verdict abandoned between its claim and its routing is completed as
+it was given, never lost (issue 9, item 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.policy import load_policy
+from pipeline.review import HumanVerdict
+from tests.integration.conftest import consume_all, produce
+from tests.integration.harness import cli, worker_env
+from topics.names import Topic
+from topics.schema import Envelope, candidate_from_dict, parse_envelope
+from workers.runtime.settings import Settings
+from workers.stages import review
+from workers.stages.review import AlreadyDecided, Claim, decide, pending
+
+REVIEWERS = ("alice", "bob", "carol", "dave")
+OUT = [t for t in Topic if t not in (Topic.CONTROL, Topic.DECISIONS, Topic.REVIEW)]
+
+
+def parked(cid: str) -> Envelope:
+    c = candidate_from_dict(
+        {"id": cid, "session_id": f"s-{cid}", "question": "Q?", "response": "A.", "context": "C."}
+    )
+    trail = ({"stage": "judge", "action": "escalate", "reason": "judge unsure", "gate": "u"},)
+    return Envelope(c, route="default", mode="evaluate", trail=trail, last_hash=f"park-{cid}")
+
+
+async def park(settings: Settings, env: Envelope) -> None:
+    key = env.candidate.session_id.encode()
+    await produce(settings.bootstrap_servers, settings.topic(Topic.REVIEW), [(key, env.encode())])
+
+
+async def routed(settings: Settings, cid: str) -> list[tuple[str, Envelope]]:
+    """Every envelope of `cid` sent on from review, with its topic (committed only)."""
+    out = []
+    for topic in OUT:
+        for r in await consume_all(
+            settings.bootstrap_servers, settings.topic(topic), timeout=5,
+            isolation_level="read_committed",
+        ):  # fmt: skip
+            try:
+                env = parse_envelope(r.value)
+            except ValueError:
+                continue
+            if env.candidate.id == cid:
+                out.append((topic.value, env))
+    return out
+
+
+async def review_records(settings: Settings, cid: str) -> list[dict]:
+    from topics.codec import loads
+
+    records = await consume_all(
+        settings.bootstrap_servers, settings.topic(Topic.DECISIONS), timeout=5,
+        isolation_level="read_committed",
+    )  # fmt: skip
+    return [
+        rec
+        for rec in map(loads, (r.value for r in records))
+        if rec["candidate_id"] == cid and rec["stage"] == "review"
+    ]
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> dict[str, str]:
+    env = worker_env(kafka_bootstrap, topic_prefix, tmp_path)
+    cli(env, "topics", "create")
+    return env
+
+
+@pytest.fixture
+def settings(env: dict[str, str]) -> Settings:
+    return Settings.from_env(env)
+
+
+async def test_concurrent_verdicts_exactly_one_wins(settings: Settings, env) -> None:
+    policy = load_policy(None)
+    await park(settings, parked("race-1"))
+    shown = (await asyncio.to_thread(cli, env, "review", "show", "race-1")).stdout
+    for text in ("question:\n  Q?", "context [0] (retrieval):\n  C.", "answer:\n  A."):
+        assert text in shown, shown
+    verdicts = [HumanVerdict.ACCEPT, HumanVerdict.REJECT] * 2
+    results = await asyncio.gather(
+        *(
+            decide(settings, policy, "race-1", v, by, "")
+            for by, v in zip(REVIEWERS, verdicts, strict=True)
+        ),
+        return_exceptions=True,
+    )
+    won = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, AlreadyDecided)]
+    assert len(won) == 1 and len(lost) == len(REVIEWERS) - 1, results
+    winner = won[0]["evidence"]["reviewer"]
+    for exc in lost:
+        assert f"already decided by {winner} at " in str(exc)
+
+    sent = await routed(settings, "race-1")
+    print(f"\nconcurrent verdicts {len(REVIEWERS)}: won {len(won)}, refused {len(lost)}, "
+          f"routed {len(sent)}")  # fmt: skip
+    assert len(sent) == 1
+    assert sent[0][1].human is not None and sent[0][1].human.by == winner
+    assert len(await review_records(settings, "race-1")) == 1
+    assert "race-1" not in {p.envelope.candidate.id for p in await pending(settings)}
+    with pytest.raises(AlreadyDecided, match=f"already decided by {winner}"):
+        await decide(settings, policy, "race-1", HumanVerdict.ACCEPT, "erin", "")
+
+
+async def test_an_abandoned_claim_is_completed_as_given(settings: Settings, monkeypatch) -> None:
+    policy = load_policy(None)
+    env = parked("crash-1")
+    await park(settings, env)
+    # carol's verdict was claimed, then her process died before routing it.
+    claim = Claim("c0ffee", "crash-1", env.last_hash, "reject", "carol", "", time.time())
+    await review._send_claim(settings, claim)
+    listed = {p.envelope.candidate.id: p for p in await pending(settings)}
+    assert listed["crash-1"].summary()["claimed_by"] == "carol"  # still listed
+
+    with pytest.raises(AlreadyDecided, match="already decided by carol"):
+        await decide(settings, policy, "crash-1", HumanVerdict.ACCEPT, "dave", "")
+    assert await routed(settings, "crash-1") == []  # too fresh to take over
+
+    monkeypatch.setattr(review, "CLAIM_STALE_SECONDS", 0.0)
+    with pytest.raises(AlreadyDecided, match="already decided by carol"):
+        await decide(settings, policy, "crash-1", HumanVerdict.ACCEPT, "dave", "")
+    sent = await routed(settings, "crash-1")
+    assert [(topic, e.human.by, e.human.verdict) for topic, e in sent] == [
+        (topic, "carol", "reject") for topic, _ in sent
+    ]
+    assert len(sent) == 1
