@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pipeline.policy import Policy
-from pipeline.records import OUTCOME_STAGE, make_record
+from pipeline.records import OUTCOME_STAGE, content_hash, make_record
 from pipeline.routing import Mode, RouteConfig
 from topics.codec import dumps
 from topics.names import TERMINAL, Topic
@@ -143,6 +143,9 @@ def conclude(
         "route": env.route,
         "kill_switch": ctx.control.kill_switch,
         "trace_id": _trace_id(env.traceparent),
+        # What the candidate says, so a client can tell a resubmission of its id from a
+        # reuse of it for another answer (workers.clients.agent).
+        "content_hash": content_hash(env.candidate.to_dict()),
     }
     timings = {**env.timings, stage: round(ms, 3)}
     record = make_record(
