@@ -53,6 +53,7 @@ def encode_ms(rows: list[dict]) -> float:
     settings = Settings.from_env()
     encoder = load_encoder(settings.load_policy().encoder_model, settings.encoder_backend)
     times = []
+    encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
     for c in rows:
         (texts,) = texts_per_stage_batch(encoder, [c], 1)
         started = time.perf_counter()

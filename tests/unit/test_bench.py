@@ -1,0 +1,86 @@
+"""The benches' own logic, without a broker: inputs, figures, memory and the last line."""
+
+from __future__ import annotations
+
+import os
+
+from topics.codec import dumps
+from workers.bench.data import retag, shared_context_candidates, unique_candidates
+from workers.bench.kafka import candidate_id, decided_by
+from workers.bench.latency import percentile
+from workers.bench.procs import MIB, descendants, vm_hwm
+from workers.bench.report import Result, memory_goal
+from workers.bench.switch import steady_rate
+
+
+def texts(candidates: list[dict]) -> list[str]:
+    out = []
+    for c in candidates:
+        chunks = [c["context"]] if isinstance(c["context"], str) else c["context"]
+        out += [c["question"], c["response"], *chunks]
+    return out
+
+
+def test_unique_candidates_never_repeat_a_text_and_are_seeded():
+    batch = unique_candidates(300, "t")
+    assert len(set(texts(batch))) == len(texts(batch))
+    assert unique_candidates(5, "t") == batch[:5]
+    assert {c["id"] for c in batch} == {f"t-{i}" for i in range(300)}
+
+
+def test_shared_contexts_share_exactly_as_asked():
+    shared = shared_context_candidates(50, 5, "s")
+    unique = shared_context_candidates(50, 1, "u")
+    contexts = [tuple(c["context"]) for c in shared]
+    assert len(set(contexts)) == 10 and all(contexts.count(x) == 5 for x in set(contexts))
+    assert len({tuple(c["context"]) for c in unique}) == 50
+    assert len({c["question"] for c in shared}) == 50  # questions and answers stay unique
+    assert all(len(c["context"]) == 3 for c in shared + unique)
+
+
+def test_retag_cycles_rows_under_fresh_ids():
+    rows = unique_candidates(3, "r")
+    out = retag(rows, 7, "x")
+    assert [c["id"] for c in out] == [f"x-{i}" for i in range(7)]
+    assert out[4]["response"] == rows[1]["response"] and out[4]["session_id"] == "x-s4"
+
+
+def test_candidate_ids_from_envelopes_records_and_candidates():
+    assert candidate_id(dumps({"candidate": {"id": "a"}, "trail": []})) == "a"
+    assert candidate_id(dumps({"candidate_id": "b", "stage": "switch"})) == "b"
+    assert candidate_id(dumps({"id": "c"})) == "c"
+    assert candidate_id(b"not json") is None
+    match = decided_by("switch")
+    assert match(dumps({"candidate_id": "b", "stage": "switch"})) == "b"
+    assert match(dumps({"candidate_id": "b", "stage": "outcome"})) is None
+
+
+def test_steady_rate_and_percentiles():
+    assert steady_rate({"a": 10.0, "b": 10.5, "c": 11.0}) == 2.0
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) in (50.0, 51.0)
+    assert percentile(values, 0.99) == 99.0
+
+
+def test_result_line_says_figure_goal_verdict_and_memory():
+    r = Result(
+        "switch",
+        0.42,
+        0.5,
+        "x",
+        rates={"switch/s": 1234.5, "bare/s": 2939.0},
+        peaks={"switch": 300 * MIB, "geometry[onnx]": 400 * MIB},
+    )
+    line = r.line()
+    assert line.startswith("bench switch: 0.42x (goal >= 0.5x: NOT met)")
+    assert "switch/s 1,234.5" in line
+    assert "switch 300 OVER" in line and "geometry[onnx] 400," in line
+    latency = Result("latency", 90.0, 120.0, "ms", lower_is_better=True)
+    assert latency.meets and "goal <= 120ms: met" in latency.line()
+
+
+def test_memory_goals_and_peak_of_this_process():
+    assert memory_goal("geometry[torch]") == 1024 * MIB and memory_goal("switch") == 250 * MIB
+    assert descendants(os.getpid())[0] == os.getpid()
+    peak = vm_hwm(os.getpid())
+    assert peak is not None and peak > 10 * MIB
