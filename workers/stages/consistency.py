@@ -73,6 +73,10 @@ class ConsistencyStage(EnvelopeStage):
                 sample_source="sampler",
                 tokens_used=drawn.tokens_used,
                 calls=[call.to_dict() for call in drawn.calls],
+                # The sampler's answers as drawn: a replay decides on them again instead of
+                # asking the sampler (workers.clients.recorded); private to the record.
+                samples=list(drawn.samples),
+                budget_limit=drawn.budget_limit.value,
             )
             if expired(env.deadline, ctx.clock()):
                 return expire(self.name, env, ctx)
