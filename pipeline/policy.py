@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pipeline.attach import AttachMapping
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.grounding import GroundingModel
@@ -41,6 +42,7 @@ _SECTIONS = frozenset(
         "rules",
         "consistency",
         "judge",
+        "attach",
     }
 )
 
@@ -80,6 +82,8 @@ class Policy:
     source: str = "<built-in>"
     sha256: str = ""
     route_fits: Mapping[str, RouteFit] = field(default_factory=lambda: MappingProxyType({}))
+    attach: AttachMapping | None = None
+    """How `groundstream attach` reads a user's own messages (`[attach]`), if it is used."""
 
     def switch(self, route: RouteConfig | None = None) -> GroundingSwitch:
         """The switch for a route: the route's thresholds, the route's on_reject."""
@@ -176,6 +180,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         source=source,
         sha256=sha256,
         route_fits=MappingProxyType(route_fits),
+        attach=AttachMapping.parse(_section(data, "attach")) if "attach" in data else None,
     )
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.attach import AttachMapping, Kind, map_message, resolve, text_of
 from pipeline.errors import PolicyError
+from pipeline.policy import parse_policy
 
 CHAT = AttachMapping.parse({"preset": "openai-chat"})
 RESPONSES = AttachMapping.parse({"preset": "openai-responses"})
@@ -185,3 +186,14 @@ class TestMappingSpec:
         doc = {"a/b": {"m~n": [10, 20]}}
         assert resolve(doc, "/a~1b/m~0n/1") == 20
         assert text_of([{"type": "text", "text": "a"}, {"type": "image"}, "b"]) == "a\nb"
+
+
+class TestInThePolicy:
+    def test_the_policy_carries_the_mapping(self):
+        assert parse_policy({}).attach is None
+        policy = parse_policy({"attach": {"preset": "openai-responses"}})
+        assert policy.attach == RESPONSES
+
+    def test_a_bad_mapping_fails_the_policy(self):
+        with pytest.raises(PolicyError, match=r"attach\.preset"):
+            parse_policy({"attach": {"preset": "nope"}})
