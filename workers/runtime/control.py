@@ -163,7 +163,12 @@ class ControlListener:
         )
 
     async def start(self) -> None:
+        """Start following, and return once the topic has been read to its end (or after
+        `read_timeout`, the switch then held ON): a worker that starts its streams after
+        this decides its first batch on the operator's switch, not on the startup hold, so
+        a candidate replayed after a restart is decided as it was the first time."""
         self._task = asyncio.create_task(self._run(), name="groundstream-control")
+        await self.wait_caught_up(self.read_timeout)
 
     async def wait_caught_up(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the first full read; True once it happened."""

@@ -91,6 +91,8 @@ def build_app(
 
     @app.agent(source, concurrency=1, name=f"{stage.name}-agent")
     async def run(stream: faust.StreamT) -> None:
+        # Not before the control topic is read: the first batch would meet the startup hold.
+        await listener.wait_caught_up(listener.read_timeout)
         async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
             batch = [_inbound(e) for e in events]
             with telemetry.batch(batch):
