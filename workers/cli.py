@@ -496,7 +496,8 @@ def review() -> None:
 
 @review.command("list")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
-def review_list(as_json: bool) -> None:
+@click.option("--texts", is_flag=True, help="With --json: each item's question, context, answer.")
+def review_list(as_json: bool, texts: bool) -> None:
     """List candidates waiting for a person's verdict."""
     from workers.stages.review import pending
 
@@ -505,7 +506,8 @@ def review_list(as_json: bool) -> None:
         from topics.codec import dumps
 
         for item in items:
-            click.echo(dumps(item.summary()).decode())
+            line = item.summary() | ({"texts": item.texts()} if texts else {})
+            click.echo(dumps(line).decode())
         return
     from rich.console import Console
     from rich.table import Table

@@ -5,6 +5,7 @@ it was given, never lost (issue 9, item 6)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -86,6 +87,14 @@ async def test_concurrent_verdicts_exactly_one_wins(settings: Settings, env) -> 
     shown = (await asyncio.to_thread(cli, env, "review", "show", "race-1")).stdout
     for text in ("question:\n  Q?", "context [0] (retrieval):\n  C.", "answer:\n  A."):
         assert text in shown, shown
+    listed = (await asyncio.to_thread(cli, env, "review", "list", "--json", "--texts")).stdout
+    (item,) = [json.loads(line) for line in listed.splitlines()]
+    assert item["texts"] == {
+        "question": "Q?",
+        "context": ["C."],
+        "sources": ["retrieval"],
+        "answer": "A.",
+    }
     verdicts = [HumanVerdict.ACCEPT, HumanVerdict.REJECT] * 2
     results = await asyncio.gather(
         *(
