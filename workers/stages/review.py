@@ -131,7 +131,7 @@ class Pending:
         }
 
 
-async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
+async def read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any]:
     consumer = reader(settings, settings.topic(topic))
     await consumer.start()
     try:
@@ -151,7 +151,7 @@ async def _read_all(settings: Settings, topic: Topic, timeout: float) -> list[An
 
 
 async def _claims(settings: Settings, timeout: float) -> list[Claim]:
-    records = await _read_all(settings, Topic.CONTROL, timeout)
+    records = await read_all(settings, Topic.CONTROL, timeout)
     records.sort(key=lambda r: r.offset)
     return [c for c in (read_claim(r.key, r.value) for r in records) if c is not None]
 
@@ -174,10 +174,10 @@ def _decisions(records: list[Any]) -> tuple[set[str], dict[str, dict[str, Any]]]
 
 async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
     """Items on escalations.review that no person has decided yet, oldest first."""
-    decided, _ = _decisions(await _read_all(settings, Topic.DECISIONS, timeout))
+    decided, _ = _decisions(await read_all(settings, Topic.DECISIONS, timeout))
     claims = await _claims(settings, timeout)
     queue: dict[str, Pending] = {}
-    for record in await _read_all(settings, Topic.REVIEW, timeout):
+    for record in await read_all(settings, Topic.REVIEW, timeout):
         try:
             env = parse_envelope(record.value)
         except MalformedMessage:
@@ -207,7 +207,7 @@ async def decide(
         raise ValueError("--by must name the person deciding")
     items = {p.envelope.candidate.id: p for p in await pending(settings)}
     if candidate_id not in items:
-        _, last = _decisions(await _read_all(settings, Topic.DECISIONS, 20.0))
+        _, last = _decisions(await read_all(settings, Topic.DECISIONS, 20.0))
         if candidate_id in last:
             rec = last[candidate_id]
             evidence = rec.get("evidence") or {}
