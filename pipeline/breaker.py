@@ -17,12 +17,12 @@ other unavailable verifier (fail closed: never accept). Client errors (400, 422,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pipeline.errors import PolicyError
+from pipeline.validation import config_from_table, finite
 
 BREAKER_HTTP_STATUSES = frozenset({502, 503, 504})
 """HTTP statuses that count as breaker failures: the endpoint (or its proxy) is down."""
@@ -51,26 +51,16 @@ class BreakerConfig:
             raise PolicyError("breaker.threshold", self.threshold, "an integer >= 1")
         if self.threshold < 1:
             raise PolicyError("breaker.threshold", self.threshold, "an integer >= 1")
-        cooldown = self.cooldown_seconds
-        if (
-            isinstance(cooldown, bool)
-            or not isinstance(cooldown, int | float)
-            or not math.isfinite(cooldown)
-            or cooldown <= 0
-        ):
-            raise PolicyError(
-                "breaker.cooldown_seconds", cooldown, "a finite number of seconds > 0"
-            )
-        object.__setattr__(self, "cooldown_seconds", float(cooldown))
+        expected = "a finite number of seconds > 0"
+        cooldown = finite(self.cooldown_seconds, "breaker.cooldown_seconds", expected)
+        if cooldown <= 0:
+            raise PolicyError("breaker.cooldown_seconds", cooldown, expected)
+        object.__setattr__(self, "cooldown_seconds", cooldown)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> BreakerConfig:
         """A config from policy keys `threshold` and `cooldown_seconds`; unknown keys fail."""
-        allowed = ("threshold", "cooldown_seconds")
-        for key in mapping:
-            if key not in allowed:
-                raise PolicyError(f"breaker.{key}", mapping[key], f"one of {', '.join(allowed)}")
-        return cls(**mapping)  # type: ignore[arg-type]
+        return config_from_table(cls, "breaker", mapping)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from enum import StrEnum
 import numpy as np
 
 from pipeline.errors import PolicyError, ScoringError
+from pipeline.validation import config_from_table, finite
 
 EVIDENCE_MAX_ITEMS = 3
 """How many member samples an interpretation quotes as evidence (strongest first)."""
@@ -156,20 +157,14 @@ class ConsistencyConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> ConsistencyConfig:
         """A config from a policy table; an unknown key fails naming ``consistency.<key>``."""
-        names = [f.name for f in fields(cls)]
-        for key in mapping:
-            if key not in names:
-                raise PolicyError(f"consistency.{key}", mapping[key], f"one of {', '.join(names)}")
-        return cls(**mapping)  # type: ignore[arg-type]
+        return config_from_table(cls, "consistency", mapping)
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def _as_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PolicyError(f"consistency.{name}", value, "a finite number")
-    return float(value)
+    return finite(value, f"consistency.{name}")
 
 
 def _check_int(name: str, value: object) -> None:

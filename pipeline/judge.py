@@ -29,6 +29,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from pipeline.errors import PolicyError
+from pipeline.validation import config_from_table, finite
 
 MIN_TOP_LOGPROBS = 5
 """The fewest alternatives worth reading: yes and no must both have room to appear."""
@@ -86,14 +87,7 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         for name in ("accept_bar", "reject_bar", "timeout_seconds"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise PolicyError(f"judge.{name}", value, "a finite number")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, finite(getattr(self, name), f"judge.{name}"))
         if not 0.0 < self.accept_bar <= 1.0:
             raise PolicyError("judge.accept_bar", self.accept_bar, "a number in (0, 1]")
         if not 0.0 <= self.reject_bar < self.accept_bar:
@@ -109,11 +103,7 @@ class JudgeConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> JudgeConfig:
         """A config from a policy table; an unknown key fails naming ``judge.<key>``."""
-        names = [f.name for f in fields(cls)]
-        for key in mapping:
-            if key not in names:
-                raise PolicyError(f"judge.{key}", mapping[key], f"one of {', '.join(names)}")
-        return cls(**mapping)  # type: ignore[arg-type]
+        return config_from_table(cls, "judge", mapping)
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

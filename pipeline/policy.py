@@ -27,6 +27,7 @@ from pipeline.routing import Mode, RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
 from pipeline.thresholds import Thresholds
+from pipeline.validation import real
 
 DEFAULT_POLICY_PATH = Path(__file__).parent / "data" / "default_policy.toml"
 _SECTIONS = frozenset(
@@ -118,13 +119,6 @@ def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value
 
 
-def _number(section: Mapping[str, Any], prefix: str, key: str, default: float) -> float:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolicyError(f"{prefix}.{key}", value, "a number")
-    return float(value)
-
-
 def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: str = "") -> Policy:
     """Validate a decoded policy document."""
     for key in data:
@@ -187,7 +181,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
 def _thresholds(table: Mapping[str, Any], prefix: str, base: Thresholds) -> Thresholds:
     """The cuts of a `thresholds` table; a cut it leaves out is `base`'s."""
     return Thresholds(
-        *(_number(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__)
+        *(real(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__)
     )
 
 

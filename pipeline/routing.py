@@ -9,12 +9,13 @@ move a candidate *away* from state, never towards it. Pure: time comes in as `no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from pipeline.errors import PolicyError
 from pipeline.provenance import DEFAULT_GROUNDING_SOURCES, Source, parse_sources
 from pipeline.switch import SwitchAction, parse_on_reject
+from pipeline.validation import number, refuse_unknown, typed
 
 ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
 """The exact string a route must carry before `active` mode will start (seed 003)."""
@@ -111,25 +112,7 @@ class RouteConfig:
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, object]) -> RouteConfig:
         prefix = f"routes.{name}"
-        known = {
-            "mode",
-            "active_approval",
-            "deadline_seconds",
-            "on_reject",
-            "latch_escalation",
-            "breaker_threshold",
-            "breaker_cooldown_seconds",
-            "grounding_sources",
-            "min_distinct_samples",
-            "allowed_initiators",
-            "below_review_with_judge",
-            "judge_accept_cut",
-        }
-        for key in data:
-            if key not in known:
-                raise PolicyError(
-                    f"{prefix}.{key}", data[key], f"one of {', '.join(sorted(known))}"
-                )
+        refuse_unknown(prefix, data, (f.name for f in fields(cls) if f.name != "name"))
         mode_value = data.get("mode", Mode.EVALUATE.value)
         try:
             mode = Mode(mode_value)
@@ -140,43 +123,25 @@ class RouteConfig:
         return cls(
             name=name,
             mode=mode,
-            active_approval=_typed(data, prefix, "active_approval", str, ""),
-            deadline_seconds=_number(data, prefix, "deadline_seconds", None),
+            active_approval=typed(data, prefix, "active_approval", str, ""),
+            deadline_seconds=number(data, prefix, "deadline_seconds", None),
             on_reject=parse_on_reject(data.get("on_reject", "fallback"), f"{prefix}.on_reject"),
-            latch_escalation=_typed(data, prefix, "latch_escalation", bool, False),
-            breaker_threshold=_typed(data, prefix, "breaker_threshold", int, 5),
-            breaker_cooldown_seconds=_number(data, prefix, "breaker_cooldown_seconds", 30.0),  # type: ignore[arg-type]
+            latch_escalation=typed(data, prefix, "latch_escalation", bool, False),
+            breaker_threshold=typed(data, prefix, "breaker_threshold", int, 5),
+            breaker_cooldown_seconds=number(data, prefix, "breaker_cooldown_seconds", 30.0),  # type: ignore[arg-type]
             grounding_sources=parse_sources(
-                _typed(data, prefix, "grounding_sources", list, sorted(DEFAULT_GROUNDING_SOURCES)),
+                typed(data, prefix, "grounding_sources", list, sorted(DEFAULT_GROUNDING_SOURCES)),
                 f"{prefix}.grounding_sources",
             ),
-            min_distinct_samples=_typed(data, prefix, "min_distinct_samples", int, 2),
+            min_distinct_samples=typed(data, prefix, "min_distinct_samples", int, 2),
             allowed_initiators=frozenset(
-                map(str, _typed(data, prefix, "allowed_initiators", list, sorted(INITIATORS)))
+                map(str, typed(data, prefix, "allowed_initiators", list, sorted(INITIATORS)))
             ),
-            below_review_with_judge=_typed(
+            below_review_with_judge=typed(
                 data, prefix, "below_review_with_judge", str, BELOW_REVIEW_ON_REJECT
             ),
-            judge_accept_cut=_number(data, prefix, "judge_accept_cut", None),
+            judge_accept_cut=number(data, prefix, "judge_accept_cut", None),
         )
-
-
-def _typed(data: Mapping[str, object], prefix: str, key: str, kind: type, default):
-    value = data.get(key, default)
-    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
-        raise PolicyError(f"{prefix}.{key}", value, f"a {kind.__name__}")
-    return value
-
-
-def _number(
-    data: Mapping[str, object], prefix: str, key: str, default: float | None
-) -> float | None:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolicyError(f"{prefix}.{key}", value, "a number")
-    return float(value)
 
 
 def deadline_for(candidate_deadline: float | None, route: RouteConfig, now: float) -> float | None:

@@ -41,10 +41,9 @@ Failure posture
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -52,6 +51,7 @@ from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.facts import is_artefact
 from pipeline.support import Span, measure_support
+from pipeline.validation import config_from_table, finite
 
 __all__ = [
     "PII_KINDS",
@@ -178,13 +178,8 @@ class RulesConfig:
     )
 
     def __post_init__(self) -> None:
-        cov = self.min_content_coverage
-        if (
-            isinstance(cov, bool)
-            or not isinstance(cov, int | float)
-            or not math.isfinite(cov)
-            or not 0.0 <= cov <= 1.0
-        ):
+        cov = finite(self.min_content_coverage, "rules.min_content_coverage", "a number in [0, 1]")
+        if not 0.0 <= cov <= 1.0:
             raise PolicyError("rules.min_content_coverage", cov, "a number in [0, 1]")
         for key in ("flag_unsupported_numbers", "flag_unsupported_names"):
             if not isinstance(getattr(self, key), bool):
@@ -216,13 +211,7 @@ class RulesConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> RulesConfig:
         """Build from a policy's ``rules`` section; unknown keys are refused by name."""
-        if not isinstance(data, Mapping):
-            raise PolicyError("rules", data, "a table of settings")
-        known = {f.name for f in fields(cls) if f.init}
-        for key in data:
-            if key not in known:
-                raise PolicyError(f"rules.{key}", data[key], f"one of {sorted(known)}")
-        return cls(**data)  # type: ignore[arg-type]  # __post_init__ checks every value
+        return config_from_table(cls, "rules", data)  # __post_init__ checks every value
 
 
 # ------------------------------------------------------------------------------ rules
