@@ -10,6 +10,7 @@ import pytest
 from aiokafka import ConsumerRecord
 
 from pipeline.breaker import BreakerStatus
+from pipeline.consistency import BudgetLimit
 from pipeline.judge import JudgeReadout, JudgeStatus
 from pipeline.policy import parse_policy
 from pipeline.replay import (
@@ -23,9 +24,9 @@ from pipeline.replay import (
     trails,
 )
 from tests.fixtures.fakes import FakeEncoder
-from tests.fixtures.ladder_scenario import MALFORMED, STANDARD, VECTORS, cand
+from tests.fixtures.ladder_scenario import MALFORMED, SAMPLES, STANDARD, VECTORS, cand
 from topics.codec import dumps
-from workers.clients.llm import CallKind, CallResult
+from workers.clients.llm import CallKind, CallResult, SampleResult
 from workers.runtime.embedded import run_embedded
 from workers.runtime.replay import encoder_id, replay_messages
 from workers.runtime.settings import Settings
@@ -72,7 +73,18 @@ def policy(**judge) -> object:
     return parse_policy(data)
 
 
-async def record(candidates, *, takes: float = 0.0):
+class FakeSampler(FakeJudge):
+    """A sampler that draws the scenario's samples."""
+
+    model = "fake-sampler"
+
+    async def sample(self, *args, **kwargs):
+        self.asked += 1
+        call = CallResult(CallKind.OK, 200, None, 5.0, "closed")
+        return SampleResult(SAMPLES, 40, BudgetLimit.NONE, (call,), len(SAMPLES))
+
+
+async def record(candidates, *, takes: float = 0.0, sampler: FakeSampler | None = None):
     """The recording: the ladder with a live (fake) judge and a clock of its own."""
     clock = [T0]
     judge = FakeJudge(clock, takes)
@@ -80,6 +92,8 @@ async def record(candidates, *, takes: float = 0.0):
     for stage in stages:
         if stage.name == "judge":
             stage.pool = judge
+        if stage.name == "consistency" and sampler is not None:
+            stage.pool = sampler
     ctx = StageContext(policy=policy(), clock=lambda: clock[0])
     ctx.services["encoder"] = FakeEncoder(VECTORS)
     result = await run_embedded(candidates, stages, ctx)
@@ -134,6 +148,18 @@ class TestReproduces:
         run = await replay(timed, records, policy())
         (change,) = run.changes
         assert not change.changed and change.replayed == "escalate"
+
+    async def test_the_sampler_is_not_asked_again(self):
+        # R_MIDDLE without samples of its own: the sampler's draw decides consistency.
+        sampler = FakeSampler([T0])
+        records, _ = await record([STANDARD[2]], sampler=sampler)
+        drawn = [r for r in records if r["stage"] == "consistency"]
+        assert drawn[0]["evidence"]["sample_source"] == "sampler"
+        assert drawn[0]["action"] == "committed"
+        run = await replay([STANDARD[2]], records, policy())
+        assert sampler.asked == 1
+        (change,) = run.changes
+        assert not change.changed and not change.stages
 
 
 class TestStricterPolicy:
