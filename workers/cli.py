@@ -446,6 +446,13 @@ def train(ragtruth: Path, begin: Path, halueval: Path | None, out_dir: Path, see
 @click.option(
     "--judge-model", default=None, help="The judge's model id (else GROUNDSTREAM_JUDGE_MODEL)."
 )
+@click.option(
+    "--phrasing",
+    type=click.Choice(["given", "assistant"]),
+    default="given",
+    show_default=True,
+    help="assistant: rewrite every short answer as an assistant's sentence first.",
+)
 def eval_command(
     data: Path,
     report_dir: Path | None,
@@ -454,6 +461,7 @@ def eval_command(
     skip: int,
     judge_url: str | None,
     judge_model: str | None,
+    phrasing: str,
 ) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput.
     With a judge (option or environment) the ladder asks it as the workers would."""
@@ -485,6 +493,7 @@ def eval_command(
         limit=limit,
         skip=skip,
         progress=sys.stderr.isatty(),
+        phrasing=phrasing,
     )
     click.echo(render_summary(metrics))
 

@@ -29,6 +29,7 @@ Failure posture
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -46,6 +47,7 @@ __all__ = [
     "json_examples",
     "ragtruth_examples",
     "rephrase",
+    "rephrase_as_assistant",
     "synthetic_examples",
 ]
 
@@ -360,6 +362,23 @@ def rephrase(answer: str, style: str) -> str:
     if style == "its":
         return f"It's {bare}."
     raise ValueError(f"unknown style {style!r}; expected one of {REPHRASE_STYLES}")
+
+
+ASSISTANT_STYLES = REPHRASE_STYLES[1:]
+"""The styles `rephrase_as_assistant` picks from (every one but "given")."""
+
+
+def rephrase_as_assistant(answer: str, key: str) -> str:
+    """``answer`` as an assistant would write it, in a style chosen by a hash of ``key``
+    (the candidate id), so a rerun rewrites every answer the same way. An answer that is
+    already a sentence is left as given: only short spans are written out.
+
+    `groundstream eval --phrasing assistant` rewrites right and hallucinated answers alike,
+    so the evaluation shows whether the gate decides on content or on form."""
+    if _is_sentence(answer):
+        return answer
+    digest = hashlib.sha256(key.encode()).digest()
+    return rephrase(answer, ASSISTANT_STYLES[digest[0] % len(ASSISTANT_STYLES)])
 
 
 def halueval_examples(path: Path) -> list[ClaimExample]:

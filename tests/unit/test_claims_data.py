@@ -15,6 +15,7 @@ from pipeline.fit.claims_data import (
     json_examples,
     ragtruth_examples,
     rephrase,
+    rephrase_as_assistant,
     synthetic_examples,
 )
 
@@ -135,6 +136,15 @@ class TestRephrase:
     def test_a_sentence_gets_the_lead_in_only(self) -> None:
         got = rephrase("The ferry was launched by Orla Fenn.", "its")
         assert got == "Based on the passage, the ferry was launched by Orla Fenn."
+
+    def test_assistant_phrasing_is_chosen_by_id_and_spares_sentences(self) -> None:
+        wrapped = {rephrase_as_assistant("Orla Fenn", f"id-{n}") for n in range(40)}
+        assert wrapped == {rephrase("Orla Fenn", s) for s in REPHRASE_STYLES[1:]}
+        assert rephrase_as_assistant("Orla Fenn", "id-7") == rephrase_as_assistant(
+            "Orla Fenn", "id-7"
+        )
+        sentence = "The ferry was launched by Orla Fenn."
+        assert rephrase_as_assistant(sentence, "id-7") == sentence
 
     def test_unknown_style_raises(self) -> None:
         with pytest.raises(ValueError, match="unknown style"):

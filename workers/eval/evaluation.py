@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.fit.claims_data import rephrase_as_assistant
 from pipeline.policy import Policy
 from workers.eval.datasets import load_labelled
 from workers.eval.report import summarize, write_report
@@ -22,8 +23,15 @@ def evaluate(
     limit: int | None = None,
     skip: int = 0,
     progress: bool = False,
+    phrasing: str = "given",
 ) -> dict[str, Any]:
+    """Run the ladder over labelled `data` and summarise it. With `phrasing="assistant"`
+    every answer, right or hallucinated, is first written the way an assistant writes it
+    (`rephrase_as_assistant`), so a gate that decides on form rather than content shows."""
     items = load_labelled(data, limit=limit, skip=skip)
+    if phrasing == "assistant":
+        for item in items:
+            item.candidate["response"] = rephrase_as_assistant(item.candidate["response"], item.id)
     labels = {i.id: i.grounded for i in items}
     lengths = {i.id: len(i.candidate["response"]) for i in items}
     started = time.perf_counter()
@@ -34,6 +42,7 @@ def evaluate(
     metrics = summarize(result.records, labels, lengths, elapsed)
     metrics["data"] = data.name
     metrics["policy_version"] = policy.version
+    metrics["phrasing"] = phrasing
     if report_dir is not None:
         write_report(metrics, result.records, labels, report_dir)
         with (report_dir / "records.jsonl").open("wb") as out:
