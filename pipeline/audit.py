@@ -327,7 +327,7 @@ def verify_trails(
 ) -> tuple[list[Problem], list[Problem]]:
     """Outcomes: every trail ends in one, every candidate has one. Returns (problems,
     notes). A trail or candidate newer than `grace` seconds before the log's newest record
-    is in flight, not missing its outcome."""
+    is in flight, not missing its outcome; with no grace, nothing is in flight."""
     outcomes: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     trail_at: dict[str, tuple[float, str]] = {}
     problems: list[Problem] = []
@@ -359,7 +359,7 @@ def verify_trails(
     for cid, (at, where) in trail_at.items():
         if cid in outcomes:
             continue
-        if newest - at < grace:
+        if 0 < grace and newest - at < grace:
             notes.append(Problem(Finding.IN_FLIGHT, cid, f"last record at {where}"))
         else:
             problems.append(
@@ -369,7 +369,7 @@ def verify_trails(
         if any(i in outcomes or i in trail_at for i in message.ids):
             continue  # has its outcome, or its trail is reported above
         label = f"{message.ids[0]} ({message.where})"
-        if newest - message.at < grace or not records:
+        if 0 < grace and (newest - message.at < grace or not records):
             notes.append(Problem(Finding.IN_FLIGHT, label, "no outcome yet"))
         else:
             problems.append(
