@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,17 @@ async def test_an_abandoned_claim_is_completed_as_given(settings: Settings, monk
         (topic, "carol", "reject") for topic, _ in sent
     ]
     assert len(sent) == 1
+
+
+async def test_a_candidate_parked_again_after_a_verdict_is_listed_again(settings: Settings) -> None:
+    policy = load_policy(None)
+    first = parked("again-1")
+    await park(settings, first)
+    await decide(settings, policy, "again-1", HumanVerdict.ACCEPT, "alice", "")
+    assert "again-1" not in {p.envelope.candidate.id for p in await pending(settings)}
+    # Re-escalated later (a new parking record): it must not vanish from the list.
+    await park(settings, replace(first, last_hash="park-again-1-second"))
+    listed = {p.envelope.candidate.id: p for p in await pending(settings)}
+    assert listed["again-1"].envelope.last_hash == "park-again-1-second"
+    record = await decide(settings, policy, "again-1", HumanVerdict.REJECT, "bob", "")
+    assert (record["action"], record["prev_hash"]) == ("reject", "park-again-1-second")
