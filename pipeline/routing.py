@@ -144,11 +144,15 @@ class RouteConfig:
         )
 
 
-def deadline_for(candidate_deadline: float | None, route: RouteConfig, now: float) -> float | None:
-    """The absolute deadline: the candidate's own, else the route's default from `now`."""
-    if candidate_deadline is not None:
-        return candidate_deadline
-    return None if route.deadline_seconds is None else now + route.deadline_seconds
+def deadline_for(
+    candidate_deadline: float | None, route: RouteConfig, entered: float
+) -> float | None:
+    """The absolute deadline: the earlier of the candidate's own and the route's
+    `deadline_seconds` counted from when the candidate `entered` the ladder. A candidate
+    may shorten its route's deadline, never extend it."""
+    by_route = None if route.deadline_seconds is None else entered + route.deadline_seconds
+    given = [d for d in (candidate_deadline, by_route) if d is not None]
+    return min(given) if given else None
 
 
 def expired(deadline: float | None, now: float) -> bool:

@@ -30,6 +30,12 @@ class Topic(StrEnum):
     DECISIONS = "decisions"
     DEADLETTER = "deadletter"
     CONTROL = "control"
+    CONCLUDED = "concluded"
+    """Internal: a stage's conclusion on its way to the terminal writer (by candidate id)."""
+    OUTCOMES = "outcomes"
+    """Internal, compacted: the outcome ledger, one entry per candidate id (first wins)."""
+    SESSIONS = "sessions"
+    """Internal, compacted: the switch's per-session table (its changelog)."""
     AUDIT = "audit"
     AUDIT_HEADS = "audit.heads"
     DECISIONS_PUBLIC = "decisions.public"
@@ -72,6 +78,9 @@ _SPECIAL: dict[Topic, TopicSpec] = {
     # purpose. Its heads table is the recorder's state, one entry per session.
     Topic.AUDIT: TopicSpec(Topic.AUDIT, configs={"retention.ms": "-1"}),
     Topic.AUDIT_HEADS: TopicSpec(Topic.AUDIT_HEADS, compacted=True),
+    # State tables of the ladder: the latest value per key is all a restore reads.
+    Topic.OUTCOMES: TopicSpec(Topic.OUTCOMES, compacted=True),
+    Topic.SESSIONS: TopicSpec(Topic.SESSIONS, compacted=True),
 }
 
 TOPIC_SPECS: tuple[TopicSpec, ...] = tuple(_SPECIAL.get(t, TopicSpec(t)) for t in Topic)

@@ -374,6 +374,8 @@ class Envelope:
     traceparent: str | None = None
     human: HumanPayload | None = None
     policy_version: str = ""
+    entered_at: float | None = None
+    """When the candidate entered the ladder (its `candidates` message's timestamp)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -389,6 +391,7 @@ class Envelope:
             "traceparent": self.traceparent,
             "human": None if self.human is None else self.human.to_dict(),
             "policy_version": self.policy_version,
+            "entered_at": self.entered_at,
         }
 
     def encode(self) -> bytes:
@@ -417,11 +420,10 @@ def envelope_from_dict(data: Any) -> Envelope:
     if not isinstance(trail, list) or not all(isinstance(t, dict) for t in trail):
         raise MalformedMessage("wrong type: envelope trail must be a list of objects")
     geometry = data.get("geometry")
-    deadline = data.get("deadline")
-    if deadline is not None and (
-        isinstance(deadline, bool) or not isinstance(deadline, int | float)
-    ):
-        raise MalformedMessage("wrong type: envelope deadline must be a number")
+    deadline, entered_at = data.get("deadline"), data.get("entered_at")
+    for name, value in (("deadline", deadline), ("entered_at", entered_at)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise MalformedMessage(f"wrong type: envelope {name} must be a number")
     human = data.get("human")
     return Envelope(
         candidate=candidate,
@@ -435,6 +437,7 @@ def envelope_from_dict(data: Any) -> Envelope:
         traceparent=data.get("traceparent"),
         human=None if human is None else HumanPayload.from_dict(human),
         policy_version=str(data.get("policy_version", "")),
+        entered_at=entered_at,
     )
 
 

@@ -18,7 +18,7 @@ from topics.codec import loads
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
-READY_LINE = "Worker]: Ready"
+READY_LINE = " ready (group "  # workers/runtime/ready.py's line
 LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
 
 
@@ -110,7 +110,7 @@ def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dic
         GROUNDSTREAM_PARTITIONS="2",
         GROUNDSTREAM_DATA_DIR=str(data_dir),
         GROUNDSTREAM_BATCH_WITHIN="0.02",
-        GROUNDSTREAM_LOG_LEVEL="info",  # faust logs READY_LINE at info
+        GROUNDSTREAM_LOG_LEVEL="info",
         PYTHONPATH=str(REPO_ROOT),
     )
     env.update(extra)

@@ -47,7 +47,9 @@ def test_malformed_messages_are_dead_lettered_and_the_worker_goes_on(
     items = [(b"k-before", dumps(before))]
     items += [(f"k-{i}".encode(), raw) for i, raw in enumerate(BAD.values())]
     items += [(b"k-after", dumps(after))]
-    with Workers(env, "geometry", tmp_path / "geometry.log"):
+    # Dead letters are outcomes: the terminal writer delivers them.
+    terminal = Workers(env, "terminal", tmp_path / "terminal.log")
+    with terminal, Workers(env, "geometry", tmp_path / "geometry.log"):
         asyncio.run(
             produce(
                 kafka_bootstrap,
@@ -63,6 +65,7 @@ def test_malformed_messages_are_dead_lettered_and_the_worker_goes_on(
                 expect=len(BAD),
                 timeout=90,
                 max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+                isolation_level="read_committed",
             )
         )
         scored = asyncio.run(
@@ -78,6 +81,8 @@ def test_malformed_messages_are_dead_lettered_and_the_worker_goes_on(
         assert reason.startswith(expected_reason), (expected_reason, reason)
         assert headers["gs-stage"] == b"geometry"
         assert headers["gs-source-topic"].decode() == f"{topic_prefix}candidates"
+    # Named by the candidate's id where the message has one.
+    assert by_value[BAD["wrong type: turn"]]["gs-candidate-id"] == b"w1"
     # The worker went on: the candidates before and after the bad ones were both scored.
     assert sorted(loads(r.value)["candidate"]["id"] for r in scored) == [
         "good-after",

@@ -63,7 +63,7 @@ JUDGE_TIMEOUT_S = 2.0
 SLOW_S = 10.0
 TOP_LOGPROBS = 8  # [judge] top_logprobs of the policy
 N_SAMPLES = 4  # [consistency] n_samples of the policy
-STAGES = 5  # geometry, switch, consistency, judge, rules
+STAGES = 6  # geometry, switch, consistency, judge, rules, terminal
 OUTCOME_TIMEOUT_S = 180.0
 
 CASE = re.compile(r"\[case ([a-z0-9-]+)\]")
@@ -307,12 +307,14 @@ def ladder(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         )
         cli(env, "topics", "create")
         cli(bare_env, "topics", "create")
-        logs = [tmp / "workers.log", tmp / "bare-judge.log"]
+        logs = [tmp / "workers.log", tmp / "bare-judge.log", tmp / "bare-terminal.log"]
         workers = Workers(env, "all", logs[0], apps=STAGES)
         bare_judge = Workers(bare_env, "judge", logs[1])
+        bare_terminal = Workers(bare_env, "terminal", logs[2])  # writes the judge's outcome
         stack.callback(workers.stop)
         stack.callback(bare_judge.stop)
-        start_together(workers, bare_judge)
+        stack.callback(bare_terminal.stop)
+        start_together(workers, bare_judge, bare_terminal)
 
         first = [c for cid, c in JUDGE_CASES.items() if cid not in ("brk-3", UNAVAILABLE)]
 

@@ -16,7 +16,7 @@ from .conftest import consume_all
 from .harness import FIXTURES, Workers, cli, values, worker_env
 
 CANDIDATES = FIXTURES / "candidates.jsonl"
-STAGES = 5  # geometry, switch, consistency, judge, rules
+STAGES = 6  # geometry, switch, consistency, judge, rules, terminal
 
 
 def _rounded(value: object) -> object:

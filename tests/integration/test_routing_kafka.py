@@ -47,7 +47,7 @@ POLICY_VERSION = "routing-test-1"
 TEXTS = json.loads((ROUTING / "candidates.json").read_text())
 APPROVAL_FIELD = "routes.canary.active_approval"
 BREAKER_COOLDOWN = 10.0  # routes.breaker.breaker_cooldown_seconds
-STAGES = ("geometry", "switch", "rules", "judge")
+STAGES = ("geometry", "switch", "rules", "judge", "terminal")
 KILL_SWITCH_WAIT = 5.0  # seconds from the control message to the workers holding accepts
 
 
@@ -317,14 +317,16 @@ def test_each_mode_serves_its_outcome(ladder: Ladder) -> None:
 def test_an_expired_deadline_is_never_accepted(ladder: Ladder) -> None:
     past = candidate(route="evaluate", deadline=time.time() - 60, tag="past")
     past_iso = candidate(route="active", deadline="2001-01-01T00:00:00+00:00", tag="past-iso")
-    tight = candidate(route="tight", tag="tight")  # deadline_seconds = 0.001 from geometry
+    # deadline_seconds = 0.001, counted from the candidate's entry into the ladder (its
+    # message's broker timestamp): over before geometry sees it, and so on every redelivery.
+    tight = candidate(route="tight", tag="tight")
     ladder.send(past, past_iso, tight)
     got = ladder.wait(
         [(c["id"], s) for c in (past, past_iso, tight) for s in ("geometry", "outcome")]
     )
     review = ladder.ids_on(Topic.REVIEW)
     state = ladder.ids_on(Topic.STATE)
-    for c in (past, past_iso):
+    for c in (past, past_iso, tight):
         geometry = got[(c["id"], "geometry")]
         assert (geometry["action"], geometry["reason"], geometry["gate"]) == (
             "escalate",
@@ -339,11 +341,6 @@ def test_an_expired_deadline_is_never_accepted(ladder: Ladder) -> None:
         assert outcome["gate"] == "deadline"
         assert outcome["write_to_state"] is False
         assert c["id"] in review and c["id"] not in state
-    # The route's own deadline (set at geometry) expired on the way to the switch.
-    stages = {r["stage"]: r for r in ladder.records_of(tight["id"])}
-    assert stages["geometry"]["action"] == "scored"
-    assert stages["switch"]["reason"] == "deadline"
-
     # A slow judge: the call is cut at the candidate's deadline and the candidate goes to
     # review with reason deadline, long before the judge would have said yes.
     ladder.judge.script.clear()
@@ -588,10 +585,12 @@ def test_switch_restart_keeps_session_state(ladder: Ladder) -> None:
     rec = ladder.wait([(u1["id"], "switch")])[(u1["id"], "switch")]
     assert rec["action"] == "escalate"
     # The latch is in the changelog before the crash.
-    changelog = f"{ladder.prefix}groundstream-switch-sessions-changelog"
+    changelog = f"{ladder.prefix}sessions"
     deadline = time.monotonic() + 30
     while True:
-        entries = asyncio.run(consume_all(ladder.bootstrap, changelog, timeout=5))
+        entries = asyncio.run(
+            consume_all(ladder.bootstrap, changelog, timeout=5, isolation_level="read_committed")
+        )
         latest = [loads(r.value) for r in entries if r.key == session.encode()]
         if latest and latest[-1].get("latched") is True:
             break

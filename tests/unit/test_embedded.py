@@ -160,12 +160,16 @@ class TestLadder:
             assert headers["gs-reason"]
             assert headers["gs-stage"] == b"geometry"
             assert headers["gs-source-topic"] == b"candidates"
-        dead_records = [r for r in result.records if r["action"] == "deadletter"]
-        assert len(dead_records) == len(MALFORMED)
-        assert len({r["candidate_id"] for r in dead_records}) == len(MALFORMED)
-        assert all(r["topic"] == "deadletter" and not r["write_to_state"] for r in dead_records)
-        assert "UTF-8" in dead_records[2]["reason"]
-        assert_invariants(result, 4)  # the good candidates are unaffected
+        # Each dead letter has its stage's record and an outcome, under the candidate's id
+        # when the message names one, else under its origin.
+        dead = [r for r in result.records if r["action"] == "deadletter"]
+        assert [r["stage"] for r in dead] == ["geometry", OUTCOME_STAGE] * len(MALFORMED)
+        outcomes = dead[1::2]
+        assert [r["candidate_id"] for r in outcomes][1] == "x"
+        assert len({r["candidate_id"] for r in outcomes}) == len(MALFORMED)
+        assert all(r["topic"] == "deadletter" and not r["write_to_state"] for r in outcomes)
+        assert "UTF-8" in outcomes[2]["reason"]
+        assert_invariants(result, 4 + len(MALFORMED))  # the good candidates are unaffected
 
     async def test_rule_violation_goes_to_review(self):
         ctx, _ = make_ctx()

@@ -11,12 +11,16 @@ from hypothesis import strategies as st
 from pipeline.policy import load_policy
 from tests.fixtures.fakes import HashEncoder
 from tests.fixtures.fuzz import INPUTS, is_good, message, with_id
+from topics.conclusion import read_conclusion
 from topics.names import Topic
 from workers.runtime.settings import Settings
 from workers.stages.kit import Emit, Inbound, Stage, StageContext
 from workers.stages.ladder import build_ladder
 
-STAGES: dict[Topic, Stage] = {stage.source: stage for stage in build_ladder(Settings())}
+# The terminal writer reads only what the stages write (sealed, with a stage key).
+STAGES: dict[Topic, Stage] = {
+    stage.source: stage for stage in build_ladder(Settings()) if stage.source is not Topic.CONCLUDED
+}
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -27,8 +31,11 @@ def context() -> StageContext:
 
 
 def dead_letters(emits: list[Emit]) -> list[str]:
-    """The reasons of the dead letters among `emits`."""
-    return [dict(e.headers)["gs-reason"].decode() for e in emits if e.topic is Topic.DEADLETTER]
+    """The reasons of the dead letters among `emits` (on their way to the writer)."""
+    ends = [read_conclusion(e.value, e.headers) for e in emits if e.topic is Topic.CONCLUDED]
+    return [
+        dict(c.headers)["gs-reason"].decode() for c in ends if c.topic == Topic.DEADLETTER.value
+    ]
 
 
 async def process(topic: Topic, values: list[bytes]) -> list[Emit]:

@@ -121,7 +121,7 @@ def test_metrics_are_off_by_default_and_bound_to_loopback() -> None:
 
 def test_each_stage_adds_its_ladder_index_to_the_base_port() -> None:
     settings = Settings.from_env({"GROUNDSTREAM_METRICS_PORT": "9300"})
-    assert [metrics_port(settings, n) for n in STAGE_NAMES] == [9300, 9301, 9302, 9303, 9304]
+    assert [metrics_port(settings, n) for n in STAGE_NAMES] == [9300, 9301, 9302, 9303, 9304, 9305]
 
 
 @pytest.mark.parametrize("raw", ["0", "70000", "nine"])
@@ -179,7 +179,7 @@ async def test_lag_counts_from_the_last_processed_offset_or_the_fetch_position()
     m = StageMetrics("geometry", "candidates")
     m.processed(0, 9)
     m.processed(0, 4)  # an older offset of the same partition changes nothing
-    await m.refresh_lag(_Consumer({0: 15, 1: 8, 2: None}, {1: 6}))
+    await m.refresh_lag(_Consumer({0: 15, 1: 8, 2: None}, {0: 10, 1: 6}))
     lag = {k[0]: v for k, v in _samples(m, "groundstream_consumer_lag").items()}
     # 0: offsets 10..14 wait; 1: nothing processed yet, 6 and 7 wait; 2: no high-water yet.
     assert lag == {"0": 5, "1": 2}

@@ -13,7 +13,10 @@ from workers.stages.kit import EndpointConfig
 from workers.stages.ladder import LADDER, judge, sampler
 from workers.stages.routes import HOLD, ROUTES, SAFE_PATH, route, served
 
-STAGE_VERDICTS = {row.name: set(row.verdicts) for row in LADDER} | {"review": set(HumanVerdict)}
+# The terminal writer concludes nothing itself: it has no verdicts and no row.
+STAGE_VERDICTS = {row.name: set(row.verdicts) for row in LADDER if row.verdicts} | {
+    "review": set(HumanVerdict)
+}
 NON_TERMINAL = [t for t in Topic if t not in TERMINAL]
 
 

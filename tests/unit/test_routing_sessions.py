@@ -123,15 +123,20 @@ class TestRouteConfig:
 
 
 class TestDeadlines:
-    def test_candidate_deadline_wins(self):
+    def test_the_earlier_deadline_wins(self):
         route = RouteConfig(deadline_seconds=10)
-        assert deadline_for(500.0, route, now=100.0) == 500.0
+        assert deadline_for(105.0, route, entered=100.0) == 105.0
+        # A candidate cannot give itself longer than its route allows.
+        assert deadline_for(500.0, route, entered=100.0) == 110.0
 
-    def test_route_default_from_now(self):
-        assert deadline_for(None, RouteConfig(deadline_seconds=2.5), now=100.0) == 102.5
+    def test_candidate_deadline_without_a_route_deadline(self):
+        assert deadline_for(500.0, RouteConfig(), entered=100.0) == 500.0
+
+    def test_route_default_from_entry(self):
+        assert deadline_for(None, RouteConfig(deadline_seconds=2.5), entered=100.0) == 102.5
 
     def test_no_deadline(self):
-        assert deadline_for(None, RouteConfig(), now=100.0) is None
+        assert deadline_for(None, RouteConfig(), entered=100.0) is None
 
     def test_expired(self):
         assert expired(None, 1e12) is False

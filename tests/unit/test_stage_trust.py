@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pipeline.policy import load_policy, parse_policy
 from topics.codec import dumps, loads
+from topics.conclusion import read_conclusion
 from topics.names import Topic
 from topics.schema import Envelope, HumanPayload, candidate_from_dict, parse_envelope
 from topics.signing import signed, verify
 from workers.stages.geometry import GeometryStage
 from workers.stages.kit import Emit, Inbound, StageContext
 from workers.stages.rules import RulesStage
+from workers.stages.terminal import deliver
 
 KEY = b"stage-key"
 NOW = 1_700_000_000.0
@@ -41,12 +43,24 @@ def inbound(env: Envelope, headers: tuple[tuple[str, bytes], ...] = ()) -> Inbou
     return Inbound(b"s1", env.encode(), "t.rules", 0, 7, headers)
 
 
+def delivered(emits: list[Emit]) -> list[Emit]:
+    """The emits as the terminal writer delivers them: each conclusion becomes its outcome
+    record and its terminal message."""
+    out: list[Emit] = []
+    for e in emits:
+        if e.topic is Topic.CONCLUDED:
+            out += deliver({}, read_conclusion(e.value, e.headers), NOW)
+        else:
+            out.append(e)
+    return out
+
+
 def where(emits: list[Emit]) -> list[Topic]:
-    return [e.topic for e in emits if e.topic is not Topic.DECISIONS]
+    return [e.topic for e in delivered(emits) if e.topic is not Topic.DECISIONS]
 
 
 def reason(emits: list[Emit]) -> str:
-    (dead,) = [e for e in emits if e.topic is Topic.DEADLETTER]
+    (dead,) = [e for e in delivered(emits) if e.topic is Topic.DEADLETTER]
     return dict(dead.headers)["gs-reason"].decode()
 
 
@@ -69,12 +83,12 @@ class TestSignatures:
         emits = await RulesStage().process(
             [inbound(env, signed(KEY, "rules", env.encode()))], ctx()
         )
-        (out,) = [e for e in emits if e.topic is Topic.STATE]
+        (out,) = [e for e in delivered(emits) if e.topic is Topic.STATE]
         assert verify(KEY, "state", out.value, out.headers) is None
 
     async def test_without_a_key_nothing_is_checked_or_signed(self):
         emits = await RulesStage().process([inbound(envelope())], ctx(key=None))
-        (out,) = [e for e in emits if e.topic is Topic.STATE]
+        (out,) = [e for e in delivered(emits) if e.topic is Topic.STATE]
         assert all(k != "gs-hmac" for k, _ in out.headers)
 
 
@@ -95,7 +109,7 @@ class TestPersonsVerdictStands:
             [inbound(envelope(ACCEPTED, deadline=late))], ctx(key=None)
         )
         assert where(emits) == [Topic.STATE]
-        assert parse_envelope(emits[-1].value).human == ACCEPTED
+        assert parse_envelope(delivered(emits)[-1].value).human == ACCEPTED
 
 
 class TestRouteAccess:

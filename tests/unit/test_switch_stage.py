@@ -67,5 +67,8 @@ class TestSwitchOnTheEnvelope:
         data = envelope(GeometryPayload(SGI)).to_dict()
         data["geometry"]["theta_rq"] = "wide"
         emits = switch(dumps(data))
-        assert [t for t, _ in emits] == [Topic.DEADLETTER, Topic.DECISIONS]
-        assert "geometry.theta_rq" in loads(emits[1][1])["reason"]
+        # The record, then the dead letter on its way to the terminal writer, under its id.
+        assert [t for t, _ in emits] == [Topic.DECISIONS, Topic.CONCLUDED]
+        record = loads(emits[0][1])
+        assert "geometry.theta_rq" in record["reason"]
+        assert record["candidate_id"] == "c1"

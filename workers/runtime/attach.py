@@ -113,7 +113,7 @@ def route_message(
     item = Inbound(
         message.key, message.value, message.topic, message.partition, message.offset, headers
     )
-    sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now))
+    sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now, direct=True))
     return Routed(sends, "deadletter")
 
 

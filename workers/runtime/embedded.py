@@ -1,8 +1,11 @@
 """The embedded runner: the whole ladder in one process, on an in-memory bus.
 
 It runs the very stage adapters the Kafka workers run, in ladder order, moving their
-emits between in-memory queues instead of topics. Same functions, same records: the
-embedded decisions equal the Kafka decisions on the same input.
+emits between in-memory queues instead of topics, with the same per-candidate isolation
+(`isolation.process_isolated`) and the same terminal writer (`terminal.deliver`, applied
+as each conclusion is published, so an outcome record follows its stage's record as it
+did on Kafka). Same functions, same records: the embedded decisions equal the Kafka
+decisions on the same input.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from topics.codec import dumps, loads
+from topics.conclusion import read_conclusion
 from topics.names import TERMINAL, Topic
+from workers.runtime.isolation import process_isolated
 from workers.stages.kit import Emit, Inbound, Stage, StageContext
+from workers.stages.terminal import deliver
 
 
 @dataclass
@@ -38,10 +44,16 @@ class EmbeddedBus:
         self.queues: dict[Topic, deque[Inbound]] = defaultdict(deque)
         self.offsets: dict[Topic, int] = defaultdict(int)
         self.result = EmbeddedResult()
+        self.ledger: dict[bytes, dict] = {}  # the outcome ledger, as the writer keeps it
         # Stages that follow the decisions stream, as the switch's session latch does.
         self.observers = [s for s in self.stages if hasattr(s, "observe")]
 
     def publish(self, emit: Emit) -> None:
+        if emit.topic is Topic.CONCLUDED:
+            conclusion = read_conclusion(emit.value, emit.headers, self.ctx.stage_key)
+            for delivered in deliver(self.ledger, conclusion, self.ctx.clock()):
+                self.publish(delivered)
+            return
         if emit.topic is Topic.DECISIONS:
             record = loads(emit.value)
             self.result.records.append(record)
@@ -66,7 +78,7 @@ class EmbeddedBus:
                 queue = self.queues[stage.source]
                 while queue:
                     batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
-                    for emit in await stage.process(batch, self.ctx):
+                    for emit in await process_isolated(stage, batch, self.ctx):
                         self.publish(emit)
                     if on_batch is not None:
                         on_batch(stage.name, len(batch))

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import faust
-from faust.exceptions import ConsumerNotStarted
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -110,6 +108,7 @@ class StageMetrics:
             registry=r,
         )
         self._lag_keys: set[str] = set()
+        self.serving = False  # set by serve_metrics: only then is the lag worth refreshing
         self._processed: dict[int, int] = {}  # source partition → last offset processed
 
     def observe_batch(self, size: int, seconds: float) -> None:
@@ -137,14 +136,10 @@ class StageMetrics:
             self._processed[partition] = offset
 
     async def refresh_lag(self, consumer: Any) -> None:
-        """Lag of each assigned source partition, from faust's consumer: its high-water mark
-        less the next offset to process (the fetch position before the first message)."""
+        """Lag of each assigned source partition, from the stage's consumer: its high-water
+        mark less the next offset to process (the fetch position before the first message)."""
         lags: dict[int, int] = {}
-        try:
-            assigned = consumer.assignment()
-        except ConsumerNotStarted:
-            return
-        for tp in assigned:
+        for tp in consumer.assignment():
             if tp.topic != self.source:
                 continue
             try:
@@ -153,8 +148,11 @@ class StageMetrics:
                 continue
             if high is None:  # nothing fetched from the partition yet
                 continue
+            # The fetch position skips the markers that close each transaction upstream,
+            # which the high-water mark counts: past the last message processed, it is next.
             done = self._processed.get(tp.partition)
-            upcoming = done + 1 if done is not None else await consumer.position(tp)
+            position = await consumer.position(tp)
+            upcoming = position if done is None else max(done + 1, position)
             if upcoming is not None:
                 lags[tp.partition] = max(high - upcoming, 0)
         self.set_lag(lags)
@@ -210,12 +208,13 @@ class _LiveCollector(Collector):
         yield family
 
 
-def expose(app: faust.App, prometheus: StageMetrics, settings: Settings) -> None:
+def serve_metrics(prometheus: StageMetrics, settings: Settings) -> bool:
     """Serve `/metrics` for this stage when GROUNDSTREAM_METRICS_PORT is set (a daemon
-    thread of prometheus_client), and refresh the lag gauge every LAG_INTERVAL seconds."""
+    thread of prometheus_client); True when serving. The stage loop refreshes the lag
+    gauge every LAG_INTERVAL seconds meanwhile."""
     port = metrics_port(settings, prometheus.stage)
     if port is None:
-        return
+        return False
     try:
         start_http_server(port, addr=settings.metrics_host, registry=prometheus.registry)
     except OSError as exc:
@@ -225,7 +224,5 @@ def expose(app: faust.App, prometheus: StageMetrics, settings: Settings) -> None
             f"a base port whose {prometheus.stage} port {settings.metrics_host}:{port} "
             f"can be bound ({exc.strerror})",
         ) from None
-
-    @app.timer(LAG_INTERVAL, name=f"{prometheus.stage}-lag")
-    async def refresh_lag() -> None:
-        await prometheus.refresh_lag(app.consumer)
+    prometheus.serving = True
+    return True

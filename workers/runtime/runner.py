@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from aiokafka.errors import KafkaError
 
 from topics.admin import missing_topics
-from workers.runtime.kafka_app import build_app, run_worker
+from workers.runtime.loop import BrokerUnavailable, StageLoop
+from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.settings import Settings
-from workers.runtime.telemetry import configure
+from workers.runtime.store import ChangelogStore
+from workers.runtime.telemetry import StageTelemetry, configure
 from workers.stages.kit import StageContext
 from workers.stages.ladder import STAGE_NAMES, row
 
@@ -26,7 +30,7 @@ log = logging.getLogger("groundstream.runner")
 
 class TopicsMissing(RuntimeError):
     """The broker cannot be reached or the ladder's topics do not exist: a worker would sit
-    idle (faust ignores missing source topics), so it refuses to start instead."""
+    idle (a consumer gets no partitions of a missing topic), so it refuses to start."""
 
 
 def require_topics(settings: Settings) -> None:
@@ -44,46 +48,69 @@ def require_topics(settings: Settings) -> None:
         )
 
 
-def run_stage(name: str, settings: Settings) -> None:
-    """Build the stage's faust app and run it until SIGINT/SIGTERM."""
-    policy = settings.load_policy()
-    configure(f"groundstream-{name}", settings.otlp_endpoint)
+def build_loop(name: str, settings: Settings) -> StageLoop:
+    """Stage `name`'s Kafka loop, ready to run: its stage and context, its state table
+    (the switch's sessions, the terminal writer's ledger) and its telemetry."""
     spec = row(name)
     stage = spec.build(settings)
     ctx = StageContext(
-        policy=policy,
+        policy=settings.load_policy(),
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
-        stage_key=settings.stage_key.encode() or None,
     )
     if spec.needs_encoder:
         from workers.clients.encoder import stage_encoder
 
         # Load the model before joining the group, not on the first batch.
         stage_encoder(ctx, settings.encoder_backend)
-    app = build_app(stage, settings, ctx, stateful=spec.stateful)
-    announce_on_assignment(app, settings, name, settings.topic(stage.source))
+    store = None
+    if spec.changelog is not None:
+        store = ChangelogStore(settings.topic(spec.changelog))
+        if hasattr(stage, "ledger"):
+            stage.ledger = store
+        else:
+            ctx.sessions = store
+    source = settings.topic(stage.source)
+    prometheus = StageMetrics(name, source)
+    prometheus.follow(ctx, stage)
+    loop = StageLoop(
+        stage,
+        settings,
+        ctx,
+        StageTelemetry(name, source, prometheus),
+        follows=spec.follows,
+        store=store,
+        metrics=prometheus,
+    )
+    loop.on_ready = lambda held: announce_ready(settings, name, loop.group_id, held)
+    return loop
+
+
+def run_stage(name: str, settings: Settings) -> None:
+    """Run stage `name`'s loop until SIGINT/SIGTERM; exit 2, committing nothing, if the
+    broker stays away past the loop's patience."""
+    configure(f"groundstream-{name}", settings.otlp_endpoint)
+    loop = build_loop(name, settings)
+    serve_metrics(loop.metrics, settings)
     clear_ready(settings, name)
     try:
-        run_worker(app, settings.log_level)
+        asyncio.run(_until_signalled(loop.run()))
+    except BrokerUnavailable as exc:
+        log.error("%s", exc)
+        raise SystemExit(2) from None
     finally:
         clear_ready(settings, name, pid=os.getpid())
 
 
-def announce_on_assignment(app: Any, settings: Settings, stage: str, source: str) -> None:
-    """Say ready (see `ready.py`) the first time faust has the assignment in hand and its
-    tables restored, i.e. when it resumes the streams: its `on_rebalance_complete`."""
-    said = False
-
-    async def ready(_sender: Any, **_kwargs: Any) -> None:
-        nonlocal said
-        if said:
-            return
-        said = True
-        held = [tp.partition for tp in app.consumer.assignment() if tp.topic == source]
-        announce_ready(settings, stage, app.conf.id, held)
-
-    app.on_rebalance_complete.connect(ready, weak=False)
+async def _until_signalled(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work`; SIGTERM or SIGINT cancels it (an open transaction is then aborted by
+    the broker or fenced by the next start, never half-committed)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def run_all(settings: Settings, policy: str | None) -> int:

@@ -32,12 +32,12 @@ def open_envelopes(
     for item in batch:
         forged = ctx.stage_key and verify(ctx.stage_key, source.value, item.value, item.headers)
         if forged:
-            emits += deadletter(item, forged, stage, now)
+            emits += deadletter(item, forged, stage, now, stage_key=ctx.stage_key)
             continue
         try:
             env = parse_envelope(item.value)
         except MalformedMessage as exc:
-            emits += deadletter(item, exc.reason, stage, now)
+            emits += deadletter(item, exc.reason, stage, now, stage_key=ctx.stage_key)
             continue
         if env.human is None and expired(env.deadline, now):
             emits += expire(stage, env, ctx)

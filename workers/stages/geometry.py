@@ -39,18 +39,22 @@ class GeometryStage:
             try:
                 candidate = parse_candidate(item.value, max_bytes=ctx.max_candidate_bytes)
             except MalformedMessage as exc:
-                emits += deadletter(item, exc.reason, self.name, now)
+                emits += deadletter(item, exc.reason, self.name, now, stage_key=ctx.stage_key)
                 continue
             route = ctx.route_for(candidate.route)
             if candidate.initiator not in route.allowed_initiators:
                 why = f"route {route.name!r} is not open to initiator {candidate.initiator!r}"
-                emits += deadletter(item, why, self.name, now)
+                emits += deadletter(item, why, self.name, now, stage_key=ctx.stage_key)
                 continue
+            # Entry = the candidates message's broker timestamp, the same on redelivery,
+            # so a replay judges the deadline as the first attempt did.
+            entered = now if item.timestamp is None else item.timestamp
             env = Envelope(
                 candidate=candidate,
                 route=route.name,
                 mode=route.mode.value,
-                deadline=deadline_for(candidate.deadline, route, now),
+                deadline=deadline_for(candidate.deadline, route, entered),
+                entered_at=entered,
                 traceparent=_header(item, "traceparent"),
                 policy_version=ctx.policy.version,
             )

@@ -19,6 +19,7 @@ from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, content_hash, make_record
 from pipeline.routing import Mode, RouteConfig
 from topics.codec import dumps
+from topics.conclusion import Conclusion, candidate_id_of
 from topics.names import TERMINAL, Topic
 from topics.schema import Candidate, Envelope
 from topics.signing import signed
@@ -45,6 +46,9 @@ class Inbound:
     partition: int = -1
     offset: int = -1
     headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: float | None = None
+    """The broker's timestamp of the message, in seconds (None in the embedded runner): on
+    `candidates`, when the candidate entered the ladder, the same on every redelivery."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,27 +178,50 @@ def conclude(
     if update is not None:
         env = update(env)
     emits = [record_emit(record, key)]
-    if target in TERMINAL:
-        outcome = make_record(
-            **common,
-            stage=OUTCOME_STAGE,
-            action=served_action if target is not Topic.STATE else "accept",
-            write_to_state=target is Topic.STATE,
-            reason=f"{stage}: {reason}",
-            decided_at=now,
-            prev_hash=record["hash"],
-            decided_action=action,
-            served_action=served_action,
-            topic=target.value,
-            gate=gate,
-            timings=timings,
-        )
-        emits.append(record_emit(outcome, key))
-        env = replace(env, last_hash=outcome["hash"])
+    if target not in TERMINAL:
+        value = env.encode()
+        headers = signed(ctx.stage_key, target.value, value, _trace_headers(env))
+        emits.append(Emit(target, key, value, headers))
+        return emits
+    outcome = make_record(
+        **common,
+        stage=OUTCOME_STAGE,
+        action=served_action if target is not Topic.STATE else "accept",
+        write_to_state=target is Topic.STATE,
+        reason=f"{stage}: {reason}",
+        decided_at=now,
+        prev_hash=record["hash"],
+        decided_action=action,
+        served_action=served_action,
+        topic=target.value,
+        gate=gate,
+        timings=timings,
+    )
+    env = replace(env, last_hash=outcome["hash"])
     value = env.encode()
-    headers = signed(ctx.stage_key, target.value, value, _trace_headers(env))
-    emits.append(Emit(target, key, value, headers))
+    # Terminal: the writer delivers it, once per candidate id (workers/stages/terminal.py).
+    ending = Conclusion(
+        env.candidate.id,
+        target.value,
+        key,
+        value,
+        outcome,
+        human=env.human is not None,
+        headers=signed(ctx.stage_key, target.value, value, _trace_headers(env)),
+    )
+    emits.append(conclusion_emit(ending, ctx.stage_key))
     return emits
+
+
+def conclusion_emit(conclusion: Conclusion, stage_key: bytes | None) -> Emit:
+    """A conclusion addressed to the terminal writer, keyed by candidate id (sealed with
+    the stage key when there is one)."""
+    return Emit(
+        Topic.CONCLUDED,
+        conclusion.wire_key(),
+        conclusion.value,
+        conclusion.wire_headers(stage_key),
+    )
 
 
 def _trace_id(traceparent: str | None) -> str | None:
@@ -206,31 +233,56 @@ def _trace_headers(env: Envelope) -> tuple[tuple[str, bytes], ...]:
     return (("traceparent", env.traceparent.encode()),) if env.traceparent else ()
 
 
-def deadletter(item: Inbound, reason: str, stage: str, now: float) -> list[Emit]:
-    """The raw bytes, unchanged, with the reason and origin in headers; plus a record."""
+def deadletter(
+    item: Inbound,
+    reason: str,
+    stage: str,
+    now: float,
+    *,
+    direct: bool = False,
+    stage_key: bytes | None = None,
+) -> list[Emit]:
+    """The raw bytes, unchanged, with the reason and origin in headers; the stage's record
+    and the candidate's `outcome`, both under its id when the message names one (else
+    under its origin, topic/partition/offset, the one name that survives redelivery).
+    Sent through the terminal writer like every outcome (sealed with `stage_key`);
+    `direct` only where no writer follows (the writer's own dead letters, attach)."""
+    origin = f"{item.topic}/{item.partition}/{item.offset}"
+    named = candidate_id_of(item.value)
+    candidate_id = named or origin
     headers = (
         ("gs-reason", reason.encode("utf-8")),
         ("gs-stage", stage.encode()),
+        *((("gs-candidate-id", named.encode("utf-8")),) if named else ()),
         ("gs-source-topic", item.topic.encode()),
         ("gs-source-partition", str(item.partition).encode()),
         ("gs-source-offset", str(item.offset).encode()),
     )
-    record = make_record(
-        candidate_id=f"{item.topic}/{item.partition}/{item.offset}",
-        session_id=(item.key or b"").decode("utf-8", "replace"),
-        turn=0,
-        stage=stage,
+    common = {
+        "candidate_id": candidate_id,
+        "session_id": (item.key or b"").decode("utf-8", "replace"),
+        "turn": 0,
+        "write_to_state": False,
+        "policy_version": "",
+        "decided_at": now,
+        "mode": "",
+        "route": "",
+    }
+    record = make_record(**common, stage=stage, action="deadletter", reason=reason, prev_hash="")
+    outcome = make_record(
+        **common,
+        stage=OUTCOME_STAGE,
         action="deadletter",
-        write_to_state=False,
-        reason=reason,
-        policy_version="",
-        decided_at=now,
-        mode="",
-        route="",
-        prev_hash="",
+        reason=f"{stage}: {reason}",
+        prev_hash=record["hash"],
         topic=Topic.DEADLETTER.value,
     )
-    return [
-        Emit(Topic.DEADLETTER, item.key, item.value or b"", headers),
-        record_emit(record, item.key or b""),
-    ]
+    key, value = item.key, item.value or b""
+    if direct:
+        return [
+            record_emit(record, key or b""),
+            record_emit(outcome, key or b""),
+            Emit(Topic.DEADLETTER, key, value, headers),
+        ]
+    ending = Conclusion(candidate_id, Topic.DEADLETTER.value, key, value, outcome, headers=headers)
+    return [record_emit(record, key or b""), conclusion_emit(ending, stage_key)]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from pipeline.rules import RulesAction
 from pipeline.switch import SwitchAction
+from topics.names import Topic
 from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
@@ -17,6 +18,7 @@ from workers.stages.kit import EndpointConfig, Stage
 from workers.stages.routes import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
+from workers.stages.terminal import TerminalStage
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +26,11 @@ class StageRow:
     name: str
     build: Callable[[Settings], Stage]
     verdicts: tuple[str, ...]  # what the stage may conclude; each has a row in `routes`
-    stateful: bool = False  # keeps per-session state in a changelogged table
     needs_encoder: bool = False
+    changelog: Topic | None = None
+    """The compacted topic of the stage's state table, written in its transactions."""
+    follows: tuple[Topic, ...] = ()
+    """Topics the stage also reads to update that table (co-partitioned with its source)."""
 
 
 def sampler(s: Settings) -> EndpointConfig:
@@ -39,7 +44,11 @@ def judge(s: Settings) -> EndpointConfig:
 LADDER: tuple[StageRow, ...] = (
     StageRow("geometry", lambda s: GeometryStage(), (SCORED, SKIP, HOLD), needs_encoder=True),
     StageRow(
-        "switch", lambda s: SwitchStage(judge(s)), (*SwitchAction, HOLD, ASK_JUDGE), stateful=True
+        "switch",
+        lambda s: SwitchStage(judge(s)),
+        (*SwitchAction, HOLD, ASK_JUDGE),
+        changelog=Topic.SESSIONS,
+        follows=(Topic.DECISIONS,),
     ),
     StageRow(
         "consistency",
@@ -49,6 +58,8 @@ LADDER: tuple[StageRow, ...] = (
     ),
     StageRow("judge", lambda s: JudgeStage(judge(s)), (*SwitchAction, HOLD)),
     StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
+    # Not a rung: writes every conclusion of the rungs above, once, through its ledger.
+    StageRow("terminal", lambda s: TerminalStage(), (), changelog=Topic.OUTCOMES),
 )
 STAGE_NAMES = tuple(row.name for row in LADDER)
 

@@ -1,0 +1,250 @@
+"""What the fault tests share: cheap candidates, the ladder as one process per stage, a
+paced producer, and the audit that reads every terminal topic and `decisions` back at
+read_committed and counts what went wrong.
+
+Candidates are cheap on purpose: a handful of distinct question/context/response texts,
+so after the first batch every embedding comes from the encoder's cache and the 2-core CI
+machine spends its time on delivery, not on the model. The ladder test policy escalates
+every candidate with a context to consistency, so every candidate climbs at least
+geometry, switch, consistency and then rules or judge: each stage has work to be killed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from tests.integration.conftest import consume_all
+from tests.integration.harness import FIXTURES, Workers, cli, worker_env
+from topics.codec import dumps, loads
+from topics.names import TERMINAL, Topic
+from workers.stages.ladder import STAGE_NAMES
+
+POLICY = FIXTURES / "ladder" / "policy.toml"
+_CASES = {
+    c["id"]: c
+    for c in map(json.loads, (FIXTURES / "ladder" / "ladder_cases.jsonl").read_text().splitlines())
+}
+TEMPLATES = (
+    _CASES["cs-agree"],  # consistency commits → rules → state
+    _CASES["cs-compete"],  # competing meanings → judge (no endpoint) → review
+    _CASES["rl-deny"],  # committed, then a deny-list rule → review
+    {"question": "What colour is the sky?", "response": "Blue."},  # no context → judge
+)
+MALFORMED_EVERY = 50
+"""Every 50th candidate lacks its response: dead-lettered at geometry, under its id."""
+
+
+def candidates(n: int, sessions: int = 200) -> list[tuple[str, bytes, bytes]]:
+    """(id, session key, value) for `n` candidates over `sessions` sessions."""
+    out = []
+    for i in range(n):
+        cid, session = f"f-{i:05d}", f"fs-{i % sessions:03d}"
+        body = {
+            k: v for k, v in TEMPLATES[i % len(TEMPLATES)].items() if k not in ("id", "session_id")
+        }
+        body.update(id=cid, session_id=session, turn=i // sessions + 1, initiator="user")
+        if i % MALFORMED_EVERY == MALFORMED_EVERY - 1:
+            body.pop("response")
+        out.append((cid, session.encode(), dumps(body)))
+    return out
+
+
+class Ladder:
+    """`groundstream worker NAME` for every stage, each its own process."""
+
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path, **extra: str) -> None:
+        self.env = worker_env(
+            bootstrap,
+            prefix,
+            tmp / "data",
+            GROUNDSTREAM_POLICY=str(POLICY),
+            GROUNDSTREAM_BATCH_SIZE="16",
+            **extra,
+        )
+        self.workers = {name: Workers(self.env, name, tmp / f"{name}.log") for name in STAGE_NAMES}
+        self.kills: Counter[str] = Counter()
+
+    def create_topics(self) -> None:
+        cli(self.env, "topics", "create")
+
+    def start(self) -> None:
+        for w in self.workers.values():
+            w.start()
+
+    def kill_and_restart(self, name: str) -> None:
+        worker = self.workers[name]
+        worker.kill()
+        self.kills[name] += 1
+        worker.stop()  # closes its log file; the process is already gone
+        worker.start()
+
+    def alive(self) -> dict[str, bool]:
+        return {n: w.proc is not None and w.proc.poll() is None for n, w in self.workers.items()}
+
+    def stop(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+
+
+def produce_paced(
+    bootstrap: str, topic: str, items: list[tuple[str, bytes, bytes]], seconds: float
+) -> threading.Thread:
+    """Send `items` evenly over `seconds` in a background thread (idempotent producer)."""
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        )
+        await producer.start()
+        try:
+            step = max(1, len(items) // max(1, int(seconds * 10)))
+            started = time.monotonic()
+            futures = []
+            for i in range(0, len(items), step):
+                for _, key, value in items[i : i + step]:
+                    futures.append(await producer.send(topic, value, key=key))
+                ahead = started + seconds * (i + step) / len(items) - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    thread = threading.Thread(target=lambda: asyncio.run(run()), name="paced-producer")
+    thread.start()
+    return thread
+
+
+def chaos(ladder: Ladder, rounds: int, gap: tuple[float, float], seed: int) -> threading.Thread:
+    """Kill every stage's worker with SIGKILL `rounds` times, in a random order and at
+    random moments `gap` seconds apart, restarting each at once."""
+    rng = random.Random(seed)
+
+    def run() -> None:
+        for _ in range(rounds):
+            names = list(STAGE_NAMES)
+            rng.shuffle(names)
+            for name in names:
+                time.sleep(rng.uniform(*gap))
+                ladder.kill_and_restart(name)
+
+    thread = threading.Thread(target=run, name="chaos")
+    thread.start()
+    return thread
+
+
+@dataclass
+class Figures:
+    """The audit of one run, by candidate id."""
+
+    sent: int
+    outcomes: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    conflicting: list[str] = field(default_factory=list)
+    superseded: int = 0
+    by_topic: dict[str, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        return (
+            f"sent={self.sent} outcomes={self.outcomes} lost={len(self.lost)} "
+            f"duplicates={len(self.duplicates)} conflicting={len(self.conflicting)} "
+            f"superseded={self.superseded} by_topic={self.by_topic}"
+        )
+
+    def assert_exactly_once(self) -> None:
+        assert not self.lost, f"lost: {self.lost[:20]}"
+        assert not self.duplicates, f"duplicates: {self.duplicates[:20]}"
+        assert not self.conflicting, f"conflicting: {self.conflicting[:20]}"
+        assert self.outcomes == self.sent
+
+
+def _terminal_id(topic: Topic, value: bytes, headers: list[tuple[str, bytes]]) -> str | None:
+    if topic is Topic.DEADLETTER:
+        named = dict(headers).get("gs-candidate-id")
+        return named.decode() if named else None
+    return loads(value)["candidate"]["id"]
+
+
+async def _read(bootstrap: str, topic: str) -> list:
+    return await consume_all(
+        bootstrap,
+        topic,
+        timeout=60,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=8 << 20,
+    )
+
+
+async def audit(bootstrap: str, prefix: str, ids: list[str]) -> Figures:
+    """Every terminal topic and `decisions`, committed messages only, counted by id."""
+    placed: dict[str, list[str]] = defaultdict(list)
+    for topic in TERMINAL:
+        for r in await _read(bootstrap, topic.full(prefix)):
+            cid = _terminal_id(topic, r.value, list(r.headers or ()))
+            placed[cid or f"?{r.partition}/{r.offset}"].append(topic.value)
+    outcome_topics: dict[str, list[str]] = defaultdict(list)
+    superseded = 0
+    for r in await _read(bootstrap, Topic.DECISIONS.full(prefix)):
+        record = loads(r.value)
+        if record["stage"] == "outcome":
+            outcome_topics[record["candidate_id"]].append(record["topic"])
+        elif record["stage"] == "superseded":
+            superseded += 1
+    figures = Figures(sent=len(ids), superseded=superseded)
+    figures.outcomes = sum(1 for cid in ids if outcome_topics.get(cid))
+    figures.by_topic = dict(Counter(t for cid in ids for t in placed.get(cid, [])[:1]))
+    for cid in ids:
+        topics, outcomes = placed.get(cid, []), outcome_topics.get(cid, [])
+        if not topics or not outcomes:
+            figures.lost.append(cid)
+        elif len(topics) > 1 or len(outcomes) > 1:
+            figures.duplicates.append(cid)
+        if len(set(topics) | set(outcomes)) > 1:
+            figures.conflicting.append(cid)
+    strays = set(placed) - set(ids)
+    figures.duplicates += sorted(strays)  # terminal messages of no sent candidate
+    return figures
+
+
+async def wait_for_outcomes(bootstrap: str, prefix: str, ids: list[str], timeout: float) -> int:
+    """Follow `decisions` (committed records only) until every id has an outcome record or
+    `timeout` seconds pass; returns how many ids have one."""
+    topic = Topic.DECISIONS.full(prefix)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=8 << 20,
+    )
+    await consumer.start()
+    wanted, seen = set(ids), set()
+    deadline = time.monotonic() + timeout
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        while not partitions:
+            await asyncio.sleep(0.5)
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        while not wanted <= seen and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=1000)
+            for records in batches.values():
+                for r in records:
+                    if b'"stage":"outcome"' in r.value:
+                        seen.add(loads(r.value)["candidate_id"])
+        return len(wanted & seen)
+    finally:
+        await consumer.stop()

@@ -1,0 +1,102 @@
+"""The stage loop's commit: outputs, state writes and input offsets in one transaction,
+and nothing committed when any send fails."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+
+from pipeline.policy import load_policy
+from topics.names import Topic
+from workers.runtime.loop import StageLoop
+from workers.runtime.settings import Settings
+from workers.runtime.store import ChangelogStore
+from workers.runtime.telemetry import StageTelemetry
+from workers.stages.kit import Emit, StageContext
+from workers.stages.terminal import TerminalStage
+
+
+class FakeProducer:
+    """Records the transactional calls; sends to `fail_on` fail when awaited."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.fail_on, self.calls = fail_on, []
+
+    async def begin_transaction(self) -> None:
+        self.calls.append(("begin",))
+
+    async def send(self, topic: str, value: Any, key: Any = None, headers: Any = None):
+        self.calls.append(("send", topic, key))
+        future = asyncio.get_running_loop().create_future()
+        if topic == self.fail_on:
+            future.set_exception(MessageSizeTooLargeError())
+        else:
+            future.set_result(None)
+        return future
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> None:
+        self.calls.append(("offsets", dict(offsets), group_id))
+
+    async def commit_transaction(self) -> None:
+        self.calls.append(("commit",))
+
+
+class Record:
+    def __init__(self, partition: int, offset: int) -> None:
+        self.topic, self.partition, self.offset = "p.concluded", partition, offset
+
+
+def loop(store: ChangelogStore) -> StageLoop:
+    settings = Settings(topic_prefix="p.")
+    return StageLoop(
+        TerminalStage(store),
+        settings,
+        StageContext(policy=load_policy(None)),
+        StageTelemetry("terminal", "p.concluded"),
+        store=store,
+    )
+
+
+EMITS = [Emit(Topic.DECISIONS, b"s", b"{}"), Emit(Topic.STATE, b"s", b"{}")]
+
+
+async def test_outputs_state_and_offsets_commit_together_after_every_send() -> None:
+    store = ChangelogStore("p.outcomes")
+    store[b"c1"] = {"topic": "state"}
+    producer = FakeProducer()
+    await loop(store)._commit(producer, EMITS, [Record(0, 4), Record(0, 5), Record(1, 9)])
+    assert [c[0] for c in producer.calls] == ["begin", "send", "send", "send", "offsets", "commit"]
+    assert producer.calls[3][1] == "p.outcomes"
+    offsets = {TopicPartition("p.concluded", 0): 6, TopicPartition("p.concluded", 1): 10}
+    assert producer.calls[4] == ("offsets", offsets, "p.groundstream-terminal")
+    assert store.changes() == [] and store[b"c1"] == {"topic": "state"}
+
+
+async def test_a_failed_send_commits_no_offset_and_drops_the_state_writes() -> None:
+    store = ChangelogStore("p.outcomes")
+    store[b"c1"] = {"topic": "state"}
+    producer = FakeProducer(fail_on="p.state")
+    with pytest.raises(MessageSizeTooLargeError):
+        await loop(store)._commit(producer, EMITS, [Record(0, 4)])
+    assert not [c for c in producer.calls if c[0] in ("offsets", "commit")]
+    assert b"c1" not in store
+
+
+async def test_an_unreachable_broker_ends_the_worker_without_a_commit() -> None:
+    stuck = loop(ChangelogStore("p.outcomes"))
+    stuck.give_up_s = 0.0
+    attempts = []
+
+    async def session() -> None:
+        attempts.append(1)
+        raise KafkaTimeoutError()
+
+    stuck._session = session  # type: ignore[method-assign]
+    stuck.settings = Settings(topic_prefix="p.", bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(Exception, match="broker unusable"):
+        await stuck.run()
+    assert len(attempts) >= 2

@@ -1,0 +1,113 @@
+"""Per-candidate isolation: one bad candidate never takes its batch with it.
+
+A stage handles a batch in one call (one encoder call, concurrent model calls). When that
+call raises, or returns an output the broker would refuse, the batch is run again one
+message at a time, and only the message that still fails is dead-lettered — under its
+candidate id, with the reason — while the others go on as if nothing happened. State the
+failed attempt wrote (the switch's session table) is rolled back to before it first.
+
+Not every error is the candidate's fault. A broker error or the encoder running out of
+memory says nothing about the message: dead-lettering it would lose a good candidate, so
+`Transient` errors propagate and the loop retries the batch without committing anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
+
+from aiokafka.errors import KafkaError
+
+from topics.names import MAX_MESSAGE_BYTES
+from workers.stages.kit import Emit, Inbound, Stage, StageContext, deadletter
+
+log = logging.getLogger("groundstream.worker")
+
+RECORD_OVERHEAD = 64 * 1024
+"""Room left under the broker's message limit for the record's key, headers and batch
+framing: an output bigger than MAX_MESSAGE_BYTES less this is refused before sending."""
+MAX_OUTPUT_BYTES = MAX_MESSAGE_BYTES - RECORD_OVERHEAD
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors that are not the message's fault: retry the batch, never dead-letter it."""
+    if isinstance(exc, KafkaError | MemoryError | ConnectionError):
+        return True
+    # torch.cuda.OutOfMemoryError and friends, without importing torch here.
+    return type(exc).__name__.endswith("OutOfMemoryError")
+
+
+def emit_size(emit: Emit) -> int:
+    return len(emit.value) + len(emit.key or b"") + sum(len(k) + len(v) for k, v in emit.headers)
+
+
+def oversize(emits: Sequence[Emit], limit: int = MAX_OUTPUT_BYTES) -> int:
+    """The size of the largest emit over `limit`, or 0 when every emit fits."""
+    return max((n for n in map(emit_size, emits) if n > limit), default=0)
+
+
+def savepoint(table: MutableMapping[Any, Any]) -> Callable[[], None]:
+    """A function that puts `table` back as it is now (a changelog store keeps its own)."""
+    own = getattr(table, "savepoint", None)
+    if callable(own):
+        return own()
+    copy = dict(table)
+
+    def restore() -> None:
+        table.clear()
+        table.update(copy)
+
+    return restore
+
+
+async def process_isolated(
+    stage: Stage,
+    batch: Sequence[Inbound],
+    ctx: StageContext,
+    state: MutableMapping[Any, Any] | None = None,
+    limit: int = MAX_OUTPUT_BYTES,
+) -> list[Emit]:
+    """`stage.process(batch)`, falling back to one message at a time on a failure;
+    `state` is the table the stage writes (ctx.sessions unless told)."""
+    table = ctx.sessions if state is None else state
+    restore = savepoint(table)
+    try:
+        emits = await stage.process(batch, ctx)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        log.warning("stage %s failed on a batch of %d: %r; one by one", stage.name, len(batch), exc)
+    else:
+        if not oversize(emits, limit):
+            return emits
+    restore()
+    out: list[Emit] = []
+    for item in batch:
+        out += await _one(stage, item, ctx, table, limit)
+    return out
+
+
+async def _one(
+    stage: Stage, item: Inbound, ctx: StageContext, table: MutableMapping[Any, Any], limit: int
+) -> list[Emit]:
+    restore = savepoint(table)
+    try:
+        emits = await stage.process([item], ctx)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        restore()
+        log.exception("stage %s: dead-lettering %s", stage.name, _where(item))
+        reason = f"stage error: {type(exc).__name__}"
+        return deadletter(item, reason, stage.name, ctx.clock(), stage_key=ctx.stage_key)
+    size = oversize(emits, limit)
+    if size:
+        restore()
+        reason = f"output too large: {size} bytes > limit {limit}"
+        return deadletter(item, reason, stage.name, ctx.clock(), stage_key=ctx.stage_key)
+    return emits
+
+
+def _where(item: Inbound) -> str:
+    return f"{item.topic}/{item.partition}/{item.offset}"

@@ -1,0 +1,322 @@
+"""The Kafka shell of a stage: consume → decide → send → commit, one transaction a batch.
+
+Each stage runs this loop on aiokafka directly, not as a faust agent. faust acks a
+`take_events` batch when its generator closes, also when the send of the batch's outputs
+raised, so a failed send committed offsets of outputs that never existed; its table
+changelog is flushed apart from the offsets; and its own exactly-once mode is broken
+(faust #323, #517). Here, per batch and in ONE Kafka transaction:
+
+* every output of the batch (decision records, envelopes, conclusions for the terminal
+  writer), the stage's state-table writes (`store.ChangelogStore`), and the batch's input
+  offsets (`send_offsets_to_transaction`) are committed together, or none of them is;
+* consumers read at `read_committed`, so nothing of an aborted or unfinished attempt is
+  ever seen downstream;
+* the producer is idempotent and has a fixed transactional id per stage and topic
+  prefix: a restarted worker's first act fences its dead predecessor and aborts the
+  transaction it left open, so a kill -9 anywhere in the batch costs a redo, never a loss
+  or a duplicate.
+
+Any error on the Kafka side (a send refused, the broker gone, a commit that timed out)
+drops the batch's pending state, closes producer and consumer without committing, and
+starts over from the last committed offsets after a backoff; if the broker stays away
+longer than `give_up_s`, the worker exits non-zero, still without committing. Errors of a
+single candidate never get here: `isolation.process_isolated` dead-letters that one
+candidate and the batch goes on.
+
+Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
+generation (no KIP-447), so a replica cut off from the group (a zombie) could still commit
+a batch its successor redoes; a replica restarted on another host cannot fence its dead
+predecessor, whose open transaction the broker aborts after `transaction_timeout_ms`.
+Calls to model endpoints are redone when a batch is redone. The terminal writer's ledger
+is what keeps the terminal outcome exactly-once even then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    TopicPartition,
+)
+
+from topics.codec import loads
+from topics.names import MAX_MESSAGE_BYTES, Topic
+from workers.runtime.control import ControlListener
+from workers.runtime.isolation import process_isolated
+from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
+from workers.runtime.settings import Settings
+from workers.runtime.store import ChangelogStore
+from workers.runtime.telemetry import StageTelemetry
+from workers.stages.kit import Emit, Inbound, Stage, StageContext
+
+log = logging.getLogger("groundstream.worker")
+
+OP_TIMEOUT_S = 60.0
+"""Longest wait for one broker operation (start, send, commit) before the batch is redone."""
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+GIVE_UP_S = 300.0
+
+
+class BrokerUnavailable(RuntimeError):
+    """The broker stayed away longer than the worker's patience: exit without committing."""
+
+
+class StaleBatch(RuntimeError):
+    """A fetched batch outlived its assignment; the session starts over, committing nothing."""
+
+
+class RebalanceGate(ConsumerRebalanceListener):
+    """Keeps rebalances and batches apart.
+
+    A rebalance waits (in `on_partitions_revoked`) until the batch in hand is committed,
+    so the offsets the group resumes from include it; a batch fetched before a rebalance
+    and not yet started is refused (`revocations` changed), since its partitions resume
+    from the committed offsets. aiokafka's transactional offset commit carries no group
+    generation (no KIP-447 fencing), so this gate is what keeps a rebalance from
+    replaying a committed batch.
+    """
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.revocations = 0
+
+    async def on_partitions_revoked(self, revoked: object) -> None:
+        async with self.lock:
+            self.revocations += 1
+
+    async def on_partitions_assigned(self, assigned: object) -> None:
+        return None
+
+
+@dataclass
+class StageLoop:
+    """One stage's consume-decide-send-commit loop; `run` until cancelled."""
+
+    stage: Stage
+    settings: Settings
+    ctx: StageContext
+    telemetry: StageTelemetry
+    follows: tuple[Topic, ...] = ()
+    """Topics the stage observes (e.g. the switch follows `decisions`), co-partitioned."""
+    store: ChangelogStore | None = None
+    """The stage's state table (ctx.sessions or the ledger), written in the transaction."""
+    give_up_s: float = GIVE_UP_S
+    metrics: StageMetrics | None = None
+    """Prometheus metrics; while they are served, the loop refreshes the lag gauge."""
+    on_ready: Callable[[Sequence[int]], object] | None = None
+    """Called once, when the worker first holds source partitions with its state restored
+    (the runner announces readiness there)."""
+    ready: bool = field(default=False, init=False)
+    _healthy_at: float = field(default=0.0, init=False)
+    """When the broker last answered a fetch: a failure after it starts a new count."""
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.settings.topic_prefix}groundstream-{self.stage.name}"
+
+    @property
+    def member_id(self) -> str:
+        """This process's transactional id and static group member id: the stage's group
+        and the host. A worker restarted on the same host fences its dead predecessor and
+        takes its partitions back at once; replicas on other hosts (pods, containers)
+        keep ids of their own and share the group's partitions."""
+        host = re.sub(r"[^a-zA-Z0-9._-]", "-", socket.gethostname())  # Kafka's legal set
+        return f"{self.group_id}.{host}"
+
+    async def run(self) -> None:
+        """Run sessions until cancelled; raise BrokerUnavailable past `give_up_s`."""
+        listener = ControlListener(
+            self.settings.bootstrap_servers,
+            self.settings.topic(Topic.CONTROL),
+            self.ctx.control,
+            self.settings.control_poll,
+        )
+        await listener.start()
+        failing_since: float | None = None
+        attempt = 0
+        try:
+            while True:
+                try:
+                    await self._session()
+                except Exception as exc:
+                    now = time.monotonic()
+                    if failing_since is None or self._healthy_at > failing_since:
+                        failing_since, attempt = now, 0
+                    if now - failing_since > self.give_up_s:
+                        raise BrokerUnavailable(
+                            f"stage {self.stage.name}: broker unusable for "
+                            f"{now - failing_since:.0f}s, last error {exc!r}"
+                        ) from exc
+                    delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+                    attempt += 1
+                    log.warning(
+                        "stage %s: %r; nothing committed, starting over in %.1fs",
+                        self.stage.name,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+        finally:
+            await listener.stop()
+
+    async def _session(self) -> None:
+        """One consumer and one transactional producer, until an error."""
+        s = self.settings
+        sources = [s.topic(self.stage.source), *(s.topic(t) for t in self.follows)]
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            group_id=self.group_id,
+            # Static membership: a restarted worker takes its partitions back at once
+            # instead of waiting out its dead predecessor's session.
+            group_instance_id=self.member_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+            fetch_max_bytes=MAX_MESSAGE_BYTES * 2,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=2_000,
+        )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            transactional_id=self.member_id,
+            enable_idempotence=True,
+            acks="all",
+            max_request_size=MAX_MESSAGE_BYTES,
+            transaction_timeout_ms=30_000,
+            request_timeout_ms=int(OP_TIMEOUT_S * 1000) // 2,
+        )
+        gate = RebalanceGate()
+        lag: asyncio.Task[None] | None = None
+        try:
+            await asyncio.wait_for(producer.start(), OP_TIMEOUT_S)
+            await asyncio.wait_for(consumer.start(), OP_TIMEOUT_S)
+            consumer.subscribe(sources, listener=gate)
+            if self.metrics is not None and self.metrics.serving:
+                lag = asyncio.create_task(self._refresh_lag(consumer, self.metrics))
+            while True:
+                batches = await asyncio.wait_for(
+                    consumer.getmany(
+                        timeout_ms=int(s.batch_within * 1000), max_records=s.batch_size
+                    ),
+                    OP_TIMEOUT_S,
+                )
+                fetched_in = gate.revocations
+                self._healthy_at = time.monotonic()
+                async with gate.lock:
+                    if gate.revocations != fetched_in:
+                        # Fetched under an assignment that has since been revoked: the
+                        # group now resumes from the committed offsets, so must we.
+                        raise StaleBatch("partitions were reassigned under a fetched batch")
+                    await self._sync_state(consumer)
+                    records = [r for tp in sorted(batches) for r in batches[tp]]
+                    if records:
+                        await self._batch(producer, records)
+        finally:
+            if lag is not None:
+                lag.cancel()
+            if self.store is not None:
+                self.store.rollback()
+                self.store.partitions = frozenset()  # restored again by the next session
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(consumer.stop(), 10)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 10)
+
+    async def _refresh_lag(self, consumer: AIOKafkaConsumer, metrics: StageMetrics) -> None:
+        while True:
+            await asyncio.sleep(LAG_INTERVAL)
+            with contextlib.suppress(Exception):  # a gauge never ends the worker
+                await metrics.refresh_lag(consumer)
+
+    async def _sync_state(self, consumer: AIOKafkaConsumer) -> None:
+        """Restore the state table for the source partitions now held, then say ready."""
+        source = self.settings.topic(self.stage.source)
+        held = frozenset(tp.partition for tp in consumer.assignment() if tp.topic == source)
+        if self.store is not None and held != self.store.partitions:
+            await asyncio.wait_for(
+                self.store.restore(self.settings.bootstrap_servers, held), OP_TIMEOUT_S
+            )
+        if held and not self.ready:
+            self.ready = True
+            if self.on_ready is not None:
+                self.on_ready(sorted(held))
+
+    async def _batch(self, producer: AIOKafkaProducer, records: list[ConsumerRecord]) -> None:
+        source = self.settings.topic(self.stage.source)
+        items = [_inbound(r) for r in records]
+        work = [i for i in items if i.topic == source]
+        with self.telemetry.batch(work):
+            for item in items:
+                if item.topic != source:
+                    self._observe(item)
+            emits = await process_isolated(self.stage, work, self.ctx, self.store) if work else []
+            self.telemetry.record(work, emits)
+            await self._commit(producer, emits, records)
+
+    def _observe(self, item: Inbound) -> None:
+        observe = getattr(self.stage, "observe", None)
+        if observe is None:
+            return
+        try:
+            record = loads(item.value or b"")
+        except ValueError:
+            return
+        if isinstance(record, dict):
+            observe(record, self.ctx)
+
+    async def _commit(
+        self, producer: AIOKafkaProducer, emits: Sequence[Emit], records: list[ConsumerRecord]
+    ) -> None:
+        """Outputs, state writes and input offsets in one transaction (see module doc)."""
+        offsets: dict[TopicPartition, int] = {}
+        for r in records:
+            tp = TopicPartition(r.topic, r.partition)
+            offsets[tp] = max(offsets.get(tp, 0), r.offset + 1)
+        try:
+            await asyncio.wait_for(producer.begin_transaction(), OP_TIMEOUT_S)
+            futures = [
+                await producer.send(
+                    self.settings.topic(e.topic), e.value, key=e.key, headers=list(e.headers)
+                )
+                for e in emits
+            ]
+            if self.store is not None:
+                futures += [
+                    await producer.send(self.store.topic, value, key=key)
+                    for key, value in self.store.changes()
+                ]
+            await asyncio.wait_for(asyncio.gather(*futures), OP_TIMEOUT_S)
+            await asyncio.wait_for(
+                producer.send_offsets_to_transaction(offsets, self.group_id), OP_TIMEOUT_S
+            )
+            await asyncio.wait_for(producer.commit_transaction(), OP_TIMEOUT_S)
+        except BaseException:
+            if self.store is not None:
+                self.store.rollback()
+            raise
+        if self.store is not None:
+            self.store.commit()
+
+
+def _inbound(record: ConsumerRecord) -> Inbound:
+    return Inbound(
+        key=record.key,
+        value=record.value,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        headers=tuple(record.headers or ()),
+        timestamp=record.timestamp / 1000.0 if record.timestamp is not None else None,
+    )
