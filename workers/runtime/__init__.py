@@ -1,2 +1,2 @@
-"""How stages run: the faust shell and process runner for Kafka, the embedded in-memory
+"""How stages run: the transactional Kafka loop and process runner, the embedded in-memory
 runner behind `verify` and `eval`, settings, operator controls and telemetry."""
