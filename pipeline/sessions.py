@@ -4,7 +4,8 @@
 escalates, later agent steps of that turn are held (reason `turn_latched`) until the next
 user turn; with `latch_escalation` the hold survives user turns too, except in shadow mode,
 which always releases at the next user turn. The state is a small JSON-ready dict kept per
-session by the worker (a changelogged faust table), passed in and returned here.
+session by the worker (a table changelogged to a compacted topic inside each batch's
+transaction), passed in and returned here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Topic creation: faust creates only its internal topics, so the source topics of the
-ladder are created here, from `TOPIC_SPECS` and the settings' partitions and replication."""
+"""Topic creation: every topic of the ladder, the internal ones too (`concluded`, the
+compacted `outcomes` ledger and `sessions` table), is created here, from `TOPIC_SPECS` and
+the settings' partitions and replication: no worker creates a topic of its own."""
 
 from __future__ import annotations
 
