@@ -8,8 +8,10 @@ into a terminal message and an `outcome` record, and it asks `admit` first, agai
 ledger entry it keeps per candidate id (a compacted topic, so the rule survives restarts).
 
 One exception, and only one: a candidate parked in `escalations.review` waits for a
-person, and that person's verdict is the one later outcome that may follow — once. The
-review queue is the ladder asking a person; the verdict is the answer it asked for.
+person, and a person's verdict is the one later outcome that may follow it. The review
+queue is the ladder asking a person; the verdict is the answer it asked for. Should that
+verdict's path park the candidate in review again (rules hold what the person has not
+seen), it waits for a person again; any other outcome is final.
 
 Pure: no Kafka, no clock. The entry is a plain dict because it travels on a topic.
 """
@@ -47,8 +49,7 @@ def admit(entry: Mapping[str, Any] | None, attempt: Attempt) -> Admission:
     """Whether `attempt` may reach its terminal topic, given the id's ledger `entry`."""
     if entry is None:
         return Admission.DELIVER
-    awaiting_person = entry.get("topic") == REVIEW_TOPIC and not entry.get("human", False)
-    if awaiting_person and attempt.human:
+    if entry.get("topic") == REVIEW_TOPIC and attempt.human:
         return Admission.DELIVER
     return Admission.SUPERSEDED
 

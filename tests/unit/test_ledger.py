@@ -29,11 +29,16 @@ class TestReview:
             Admission.DELIVER
         )
 
-    def test_only_once(self) -> None:
+    def test_a_persons_outcome_other_than_review_is_final(self) -> None:
         answered = entry("state", human=True)
         assert admit(answered, Attempt("c1", "escalations.reject", human=True)) is (
             Admission.SUPERSEDED
         )
+
+    def test_parked_again_after_a_verdict_it_waits_for_a_person_again(self) -> None:
+        parked_again = entry("escalations.review", human=True)
+        assert admit(parked_again, Attempt("c1", "state", human=True)) is Admission.DELIVER
+        assert admit(parked_again, Attempt("c1", "state")) is Admission.SUPERSEDED
 
     def test_a_machine_cannot_reopen_a_review(self) -> None:
         assert admit(entry("escalations.review"), Attempt("c1", "state")) is (Admission.SUPERSEDED)
