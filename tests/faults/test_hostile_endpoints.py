@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(600)
 
 POLICY = FIXTURES / "faults" / "hostile_policy.toml"
 POLICY_VERSION = "hostile-test-1"
-STAGES = ("consistency", "judge", "rules")
+STAGES = ("consistency", "judge", "rules", "terminal")  # the writer delivers outcomes
 CALL_TIMEOUT_S = 1.5
 COOLDOWN_S = 3.0  # routes.fragile.breaker_cooldown_seconds
 TEMPLATE = json.loads((FIXTURES / "ladder" / "judge_cases.jsonl").read_text().splitlines()[0])
