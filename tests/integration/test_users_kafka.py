@@ -197,6 +197,23 @@ class TestAgentClient:
         sent = [c for c in gate.read(Topic.CANDIDATES) if c.get("id") == "again-1"]
         assert len(sent) == 1, "a resubmission is not sent again"
 
+    def test_the_example_agent_loop_runs(self, gate: Gate) -> None:
+        # Its canned questions carry no case marker: the fake judge fails them, so every
+        # draft is escalated and the agent falls back, keeping its history clean.
+        env = {
+            **gate.env,
+            "GROUNDSTREAM_BOOTSTRAP_SERVERS": gate.bootstrap,
+            "GROUNDSTREAM_TOPIC_PREFIX": gate.prefix,
+        }
+        run = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "examples" / "agent_loop.py")],
+            env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert "(gate: escalate" in run.stdout
+        assert "agent: I could not verify an answer" in run.stdout
+        assert "history holds 0 accepted answer(s)" in run.stdout
+
 
 # ------------------------------------------------------------------ attach --
 
@@ -256,7 +273,8 @@ class TestAttach:
             "--until-idle", "5", "--group", f"{gate.prefix}attach-again",
         )  # fmt: skip
         assert again.returncode == 0, again.stderr
-        assert "candidates=0" in again.stderr and "duplicate=2" in again.stderr
+        assert "candidates=0" in again.stderr and "deadletter=0" in again.stderr
+        assert "duplicate=3" in again.stderr
         assert len(gate.read(Topic.CANDIDATES)) == before
 
 
@@ -294,7 +312,7 @@ class TestReplay:
     def test_the_recorded_policy_reproduces_every_decision(self, gate: Gate, recorded) -> None:
         asked = len(gate.judge.requests)
         lines = self.replay(gate)
-        assert {line["candidate_id"] for line in lines} >= set(recorded)
+        assert {line["candidate_id"] for line in lines} >= {"rp-0", "rp-1", "rp-2"}
         changed = [line for line in lines if line["changed"] or line["stages_changed"]]
         assert changed == []
         assert len(gate.judge.requests) == asked, "the judge's answers come from the record"

@@ -76,3 +76,8 @@ def test_a_candidate_the_schema_refuses_is_dead_lettered_by_attach():
     routed = route(doc)
     dead = next(s for s in routed.sends if s.topic == "t.deadletter")
     assert b"attach mapping: bad value: id longer than" in dict(dead.headers)["gs-reason"]
+
+
+def test_a_position_dead_lettered_before_is_skipped():
+    routed = route(b"\xff not json", known={"chat/0/3"})
+    assert routed.counted == "duplicate" and routed.sends == ()

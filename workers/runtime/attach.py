@@ -12,8 +12,11 @@ Reads the user's topic in its own consumer group, maps each message with the pol
 
 Attaching is idempotent. Candidate ids are deterministic (the message's own id, else its
 topic/partition/offset), and before it sends anything attach reads the ids already on
-`candidates`: a candidate attached before — by an earlier run over the same offsets, or
-by this run before a restart — is counted and skipped, never sent twice. (The outcome
+`candidates` and the positions it dead-lettered before: a candidate attached before — by
+an earlier run over the same offsets, or by this run before a restart — is counted and
+skipped, never sent twice, and a message it could not read gets one dead letter (one
+outcome). Pass-through copies are at least once: a second run over the same offsets in
+a fresh group copies them again. (The outcome
 ledger is the backstop: a second message with a decided id never gets a second outcome.)
 Offsets are committed after the batch's sends are acknowledged, so a crash repeats at
 most a batch, and the repetition is skipped as above.
@@ -113,6 +116,8 @@ def route_message(
     item = Inbound(
         message.key, message.value, message.topic, message.partition, message.offset, headers
     )
+    if position(message) in known:
+        return Routed((), "duplicate")  # dead-lettered by an earlier attach: one outcome
     sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now, direct=True))
     return Routed(sends, "deadletter")
 
@@ -136,10 +141,24 @@ async def prepare_topics(settings: Settings, source: str, pass_through: str) -> 
         await admin.close()
 
 
+def position(message: ConsumerRecord) -> str:
+    """A source message's place, the name a dead letter of it is known by."""
+    return f"{message.topic}/{message.partition}/{message.offset}"
+
+
 async def known_ids(settings: Settings) -> set[str]:
-    """Every id already on `candidates` (see the module docstring)."""
+    """Every id already on `candidates`, and the source position of every message attach
+    dead-lettered: both are outcomes a second attach over the same offsets must not add."""
     messages = await read_range(settings, settings.topic(Topic.CANDIDATES))
-    return {i for m in messages for i in message_ids(m.value, m.topic, m.partition, m.offset)}
+    known = {i for m in messages for i in message_ids(m.value, m.topic, m.partition, m.offset)}
+    for dead in await read_range(settings, settings.topic(Topic.DEADLETTER)):
+        headers = {k: v.decode("utf-8", "replace") for k, v in dead.headers or ()}
+        if headers.get("gs-stage") == STAGE:
+            known.add(
+                f"{headers.get('gs-source-topic')}/{headers.get('gs-source-partition')}/"
+                f"{headers.get('gs-source-offset')}"
+            )
+    return known
 
 
 async def _send_batch(producer: AIOKafkaProducer, routed: Sequence[Routed]) -> None:
@@ -199,6 +218,8 @@ async def attach(
                 r = route_message(message, mapping, settings, target, known, time.time())
                 if r.counted == "candidates" and r.candidate_id is not None:
                     known.add(r.candidate_id)
+                elif r.counted == "deadletter":
+                    known.add(position(message))
                 counts[r.counted] += 1
                 routed.append(r)
             await _send_batch(producer, routed)

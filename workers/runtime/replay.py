@@ -154,6 +154,7 @@ async def replay_messages(
                     message.partition,
                     message.offset,
                     tuple(message.headers or ()),
+                    timestamp=message.timestamp / 1000.0,  # its entry, as geometry read it
                 )
             )
             result = await bus.drain()
