@@ -102,12 +102,16 @@ def cache(bootstrap: str, n: int, json_path: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Run the switch worker under cProfile, write the stats here and print the top.",
 )
+@click.option("--batch-size", type=int, default=None, help="The switch worker's batch size.")
 @json_option
-def switch(bootstrap: str, n: int, profile: Path | None, json_path: Path | None) -> None:
+def switch(
+    bootstrap: str, n: int, profile: Path | None, batch_size: int | None, json_path: Path | None
+) -> None:
     """The switch stage vs a bare aiokafka consume-produce loop, same envelopes (goal >= 0.5)."""
     from workers.bench import switch as s
 
-    _finish(lambda: s.run(s.Options(bootstrap, n, profile=profile)), json_path)
+    opts = s.Options(bootstrap, n, profile=profile, batch_size=batch_size)
+    _finish(lambda: s.run(opts), json_path)
 
 
 data_option = click.option(

@@ -47,7 +47,8 @@ def plot_results(paths: list[Path], out: Path) -> None:
     left.set_xlabel("figure / goal (>= 1 meets it; grey: no goal, the figure itself)")
     for y, name in enumerate(names):
         r = results[name]
-        left.text(shares[y], y, f" {r['figure']:.2f}{r['unit']}", va="center", fontsize=8)
+        figure = f"{r['figure']:,.0f}" if r["unit"] == "ms" else f"{r['figure']:.2f}"
+        left.text(shares[y], y, f" {figure}{r['unit']}", va="center", fontsize=8)
     left.set_title("Benches against their goals")
     peaks: dict[str, int] = {}
     for r in results.values():

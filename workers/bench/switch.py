@@ -35,6 +35,7 @@ class Options:
     n: int = 20_000
     timeout: float = 900.0
     profile: Path | None = None
+    batch_size: int | None = None  # GROUNDSTREAM_BATCH_SIZE of the switch worker
 
 
 def scored_envelopes(n: int) -> list[tuple[bytes, bytes]]:
@@ -95,6 +96,8 @@ def run(opts: Options) -> Result:
         bare = asyncio.run(_bare(b, source, dest, opts.n, opts.timeout))
         print(f"bare aiokafka loop: {bare:,.0f}/s", flush=True)
         wrap = ["-m", "cProfile", "-o", str(opts.profile)] if opts.profile else []
+        if opts.batch_size:
+            b.extra_env["GROUNDSTREAM_BATCH_SIZE"] = str(opts.batch_size)
         switch = asyncio.run(_switch(b, opts.n, opts.timeout, wrap))
         print(f"switch stage: {switch:,.0f}/s", flush=True)
         b.stop()
@@ -107,7 +110,7 @@ def run(opts: Options) -> Result:
         GOAL,
         "x",
         rates={"switch/s": switch, "bare aiokafka/s": bare},
-        notes={"n": opts.n},
+        notes={"n": opts.n, "batch_size": opts.batch_size or "default"},
         peaks=peaks,
     )
 
