@@ -21,6 +21,8 @@ from topics.codec import dumps, loads
 SCHEMA_VERSION = 1
 RETRIEVAL = "retrieval"
 SOURCES = (RETRIEVAL, "tool", "history", "user")
+MODES = ("off", "shadow", "evaluate", "active")
+"""A route's modes (`pipeline.routing.Mode`, as wire names): an envelope names one."""
 """Where a context chunk may come from (`pipeline.provenance.Source`, as wire names)."""
 MAX_ID_CHARS = 256
 DEFAULT_MAX_CANDIDATE_BYTES = 1024 * 1024
@@ -416,6 +418,8 @@ def envelope_from_dict(data: Any) -> Envelope:
     for name in ("route", "mode"):
         if not isinstance(data.get(name), str):
             raise MalformedMessage(f"wrong type: envelope {name} must be a string")
+    if data["mode"] not in MODES:
+        raise MalformedMessage(f"bad value: envelope mode must be one of {', '.join(MODES)}")
     trail = data.get("trail", [])
     if not isinstance(trail, list) or not all(isinstance(t, dict) for t in trail):
         raise MalformedMessage("wrong type: envelope trail must be a list of objects")
