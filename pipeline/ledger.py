@@ -54,12 +54,22 @@ def admit(entry: Mapping[str, Any] | None, attempt: Attempt) -> Admission:
     return Admission.SUPERSEDED
 
 
-def ledger_entry(attempt: Attempt, *, outcome_hash: str, decided_at: str) -> dict[str, Any]:
-    """The ledger value written with a delivered outcome."""
-    return {
+def ledger_entry(
+    attempt: Attempt,
+    *,
+    outcome_hash: str,
+    decided_at: str,
+    outcome: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ledger value written with a delivered outcome. With the `outcome` record itself,
+    an agent's client answers "what became of id X" from the compacted ledger alone."""
+    entry = {
         "candidate_id": attempt.candidate_id,
         "topic": attempt.topic,
         "human": attempt.human,
         "outcome_hash": outcome_hash,
         "decided_at": decided_at,
     }
+    if outcome is not None:
+        entry["outcome"] = dict(outcome)
+    return entry

@@ -39,6 +39,12 @@ def outcome_record(candidate: dict, topic: str, action: str) -> dict:
     )
 
 
+def ledger(record: dict) -> bytes:
+    """The ledger entry the terminal writer writes with `record`."""
+    return dumps({"candidate_id": record["candidate_id"], "topic": record["topic"],
+                  "outcome": record})  # fmt: skip
+
+
 class FakeProducer:
     """Sends nothing; the ladder answers each candidate with `decide(candidate)` later."""
 
@@ -50,7 +56,7 @@ class FakeProducer:
         self.sent.append(candidate)
         record = self.decide(candidate)
         if record is not None:
-            asyncio.get_running_loop().call_later(0.01, self.client.index._add, dumps(record))
+            asyncio.get_running_loop().call_later(0.01, self.client.index._add, ledger(record))
 
 
 def client_with(decide) -> tuple[AgentClient, FakeProducer]:
@@ -102,7 +108,7 @@ class TestSubmit:
         client, producer = client_with(lambda c: None)
         with pytest.raises(OutcomeTimeout, match="still in flight"):
             await client.submit(CANDIDATE, timeout=0.05)
-        client.index._add(dumps(accept(CANDIDATE)))
+        client.index._add(ledger(accept(CANDIDATE)))
         assert (await client.outcome("c-1", timeout=1)).accepted
         assert len(producer.sent) == 1
 
@@ -116,16 +122,17 @@ class TestSubmit:
 class TestIndex:
     async def test_the_first_outcome_wins(self):
         client, _ = client_with(accept)
-        client.index._add(dumps(accept(CANDIDATE)))
-        client.index._add(dumps(outcome_record(CANDIDATE, "escalations.reject", "reject")))
+        client.index._add(ledger(accept(CANDIDATE)))
+        client.index._add(ledger(outcome_record(CANDIDATE, "escalations.reject", "reject")))
         assert client.index.outcomes["c-1"]["topic"] == "state"
 
-    async def test_stage_records_are_not_outcomes(self):
+    async def test_entries_without_an_outcome_record_are_not_outcomes(self):
         client, _ = client_with(accept)
-        record = {**accept(CANDIDATE), "stage": "switch"}
-        record.pop("topic")
-        client.index._add(dumps(record))
+        stage = {**accept(CANDIDATE), "stage": "switch"}
+        client.index._add(ledger(stage))
+        client.index._add(dumps({"candidate_id": "c-1", "topic": "state"}))
         client.index._add(b"not json")
+        client.index._add(None)
         assert client.index.outcomes == {}
 
     def test_a_dead_letter_is_an_outcome(self):

@@ -7,10 +7,11 @@
         else:
             ...  # outcome.action says what to do: fallback, regenerate, reject, escalate
 
-`submit` sends the candidate to `candidates` and waits for its outcome — the `outcome`
-record the ladder writes once per candidate, read at read_committed. The client keeps an
-index of outcomes by candidate id, read from the start of the log when it starts and
-followed from then on, so:
+`submit` sends the candidate to `candidates` and waits for its outcome, read from the
+outcome ledger (`outcomes`: compacted, keyed by candidate id, written by the terminal
+writer in the same transaction as the outcome, each entry carrying its `outcome` record)
+at read_committed. The client keeps an index of the ledger by candidate id, read from its
+start when the client starts and followed from then on, so:
 
 * an id that already has an outcome is not sent again: `submit` returns that first
   outcome (`Outcome.resubmitted` is true), and nothing is decided twice;
@@ -91,7 +92,7 @@ class Outcome:
 
 
 class OutcomeIndex:
-    """Outcome records by candidate id, from `decisions`' first offset on, live."""
+    """Outcome records by candidate id, from the ledger's first offset on, live."""
 
     def __init__(self, consumer: AIOKafkaConsumer, topic: str) -> None:
         self.consumer, self.topic = consumer, topic
@@ -127,15 +128,16 @@ class OutcomeIndex:
                     self.caught_up.set()
 
     def _add(self, value: bytes | None) -> None:
+        """One ledger entry: the outcome record it carries, unless the id has one."""
         try:
-            record = loads(value) if value else None
+            entry = loads(value) if value else None
         except ValueError:
             return
-        if not isinstance(record, dict):
+        record = entry.get("outcome") if isinstance(entry, dict) else None
+        if not isinstance(record, dict) or record.get("stage") != OUTCOME_STAGE:
             return
-        terminal = record.get("stage") == OUTCOME_STAGE or record.get("topic") == DEADLETTER
         cid = record.get("candidate_id")
-        if not terminal or not isinstance(cid, str) or cid in self.outcomes:
+        if not isinstance(cid, str) or cid in self.outcomes:
             return  # the first outcome is the outcome
         self.outcomes[cid] = record
         for waiter in self.waiters.pop(cid, []):
@@ -180,8 +182,8 @@ class AgentClient:
             enable_idempotence=True,
             max_request_size=MAX_MESSAGE_BYTES,
         )
-        decisions = Topic.DECISIONS.full(topic_prefix)
-        self.index = OutcomeIndex(_reader(bootstrap_servers, decisions), decisions)
+        ledger = Topic.OUTCOMES.full(topic_prefix)
+        self.index = OutcomeIndex(_reader(bootstrap_servers, ledger), ledger)
         self.sent: dict[str, str] = {}
         """Content hashes of the ids this client has sent, for conflicts still in flight."""
 

@@ -47,6 +47,7 @@ def deliver(ledger: MutableMapping[bytes, Any], conclusion: Conclusion, now: flo
             attempt,
             outcome_hash=str(outcome.get("hash", "")),
             decided_at=str(outcome.get("decided_at", "")),
+            outcome=outcome,  # for the agent client (workers.clients.agent)
         )
         return [
             record_emit(outcome, conclusion.key or b""),
