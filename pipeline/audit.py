@@ -347,19 +347,20 @@ def verify_trails(
         trail_at[cid] = (_record_time(record) or 0.0, where)
     for cid, found in outcomes.items():
         delivered = [r for r in found if r.get("stage") == OUTCOME_STAGE] or found[:1]
-        parked = delivered[0].get("topic") == REVIEW_TOPIC
-        if len(delivered) > (2 if parked else 1):
+        # The ledger's rule: a later outcome only follows one that parked the candidate
+        # in review (a person's verdict); every other outcome is final.
+        if any(r.get("topic") != REVIEW_TOPIC for r in delivered[:-1]):
             problems.append(
                 Problem(
                     Finding.INSERTED,
                     cid,
-                    f"{len(delivered)} outcomes: a candidate has one (two after review)",
+                    f"{len(delivered)} outcomes: after an outcome outside review there is no other",
                 )
             )
     for cid, (at, where) in trail_at.items():
         if cid in outcomes:
             continue
-        if 0 < grace and newest - at < grace:
+        if grace > 0 and newest - at < grace:
             notes.append(Problem(Finding.IN_FLIGHT, cid, f"last record at {where}"))
         else:
             problems.append(
@@ -369,7 +370,7 @@ def verify_trails(
         if any(i in outcomes or i in trail_at for i in message.ids):
             continue  # has its outcome, or its trail is reported above
         label = f"{message.ids[0]} ({message.where})"
-        if 0 < grace and (newest - message.at < grace or not records):
+        if grace > 0 and (newest - message.at < grace or not records):
             notes.append(Problem(Finding.IN_FLIGHT, label, "no outcome yet"))
         else:
             problems.append(

@@ -102,6 +102,17 @@ class TestIntact:
         records = [rec("a", "geometry", T0), parked, rec("a", "review", T0 + 8), person]
         assert check(chain(records), ids=("a",)).intact
 
+    def test_a_second_outcome_after_a_final_one_is_named(self):
+        extra = rec("a", "outcome", T0 + 9, topic="escalations.reject", action="reject")
+        report = check(chain([*trail("a", T0), extra]), ids=("a",))
+        assert [(p.kind, p.what) for p in report.problems] == [(Finding.INSERTED, "a")]
+
+    def test_review_may_be_followed_by_review_again_and_then_a_verdict(self):
+        parked = rec("a", "outcome", T0 + 0.2, topic="escalations.review", action="escalate")
+        again = rec("a", "outcome", T0 + 5, topic="escalations.review", action="escalate")
+        person = rec("a", "outcome", T0 + 9, topic="state", write_to_state=True)
+        assert check(chain([rec("a", "geometry", T0), parked, again, person]), ids=("a",)).intact
+
     def test_recent_trails_are_in_flight(self):
         entries = chain([*trail("a", T0), rec("b", "geometry", T0 + 1)])
         report = verify(entries, candidates("a", "b", "c"), None, grace=60.0)
