@@ -110,6 +110,7 @@ class Settings:
     web_port: int = 6066
     web_enabled: bool = False
     web_token: str = field(default="", repr=False)
+    web_allowed_hosts: str = ""
     data_dir: str = ".groundstream"
     sampler_url: str = ""
     sampler_model: str = ""

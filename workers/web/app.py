@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from pipeline.policy import Policy
 from pipeline.records import sanitize
 from pipeline.review import HumanVerdict
 from topics.codec import dumps, loads
 from workers.runtime.settings import Settings
+from workers.stages.review import AlreadyDecided
 from workers.web.feed import (
     REVIEW_TIMEOUT,
     TEXTS,
@@ -47,6 +49,10 @@ log = logging.getLogger("groundstream.dashboard")
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 MAX_BODY = 16 * 1024
+MAX_SUBSCRIBERS = 32
+"""Live event streams served at once; one more is refused (503) rather than let a page
+left open in many tabs, or a client that never reads, hold the dashboard's memory."""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 REVIEW_CACHE_SECONDS = 2.0
 
 # --------------------------------------------------------------------- web app --
@@ -67,6 +73,7 @@ OPS = web.AppKey("groundstream_ops", Operations)  # type: ignore[type-abstract]
 SETTINGS = web.AppKey("groundstream_settings", Settings)
 REVIEW_CACHE = web.AppKey("groundstream_review_cache", _ReviewCache)
 FEED_TASK = web.AppKey("groundstream_feed_task", asyncio.Task)
+ALLOWED_HOSTS = web.AppKey("groundstream_allowed_hosts", frozenset)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -77,6 +84,30 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
     response = _json({"error": message}, status)
     response.headers.update(headers)
     return response
+
+
+def allowed_hosts(settings: Settings) -> frozenset[str]:
+    """Host names the dashboard answers to: loopback, the bind address unless it is a
+    wildcard, and GROUNDSTREAM_WEB_ALLOWED_HOSTS (the names a proxy or users reach it by)."""
+    extra = {h.strip().lower() for h in settings.web_allowed_hosts.split(",") if h.strip()}
+    bound = set() if settings.web_host in ("0.0.0.0", "::", "") else {settings.web_host.lower()}
+    return frozenset(LOOPBACK_NAMES | bound | extra)
+
+
+@web.middleware
+async def _host_check(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """DNS rebinding: a page on evil.example that re-points its name at 127.0.0.1 reaches
+    this server with `Host: evil.example`; only the names the dashboard is known by pass."""
+    host = request.headers.get("Host", "")
+    try:
+        name = (URL(f"http://{host}").host or "").lower() if host else ""
+    except ValueError:
+        name = ""
+    if name.strip("[]") not in request.app[ALLOWED_HOSTS]:
+        return _error(421, "unknown Host: set GROUNDSTREAM_WEB_ALLOWED_HOSTS to serve it")
+    return await handler(request)
 
 
 @web.middleware
@@ -178,6 +209,8 @@ async def decisions(request: web.Request) -> web.Response:
 
 async def events(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
+    if len(state.subscribers) >= MAX_SUBSCRIBERS:
+        return _error(503, f"{MAX_SUBSCRIBERS} live streams already open", **{"Retry-After": "10"})
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -253,6 +286,8 @@ async def review_decide(request: web.Request) -> web.Response:
             request.app[OPS].decide(candidate_id, HumanVerdict(verdict), by, note),
             2 * REVIEW_TIMEOUT,
         )
+    except AlreadyDecided as exc:  # another verdict on this item came first
+        return _error(409, str(exc))
     except LookupError as exc:
         return _error(404, str(exc))
     except ValueError as exc:
@@ -321,8 +356,9 @@ def build_app(
     state: DashboardState | None = None,
 ) -> web.Application:
     """The dashboard app; `feed` and `ops` default to the configured Kafka cluster."""
-    app = web.Application(middlewares=[_security_headers], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[_host_check, _security_headers], client_max_size=MAX_BODY)
     app[SETTINGS] = settings
+    app[ALLOWED_HOSTS] = allowed_hosts(settings)
     app[STATE] = state if state is not None else DashboardState()
     app[FEED] = feed if feed is not None else KafkaFeed(settings)
     app[OPS] = ops if ops is not None else KafkaOperations(settings, policy)

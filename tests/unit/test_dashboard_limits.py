@@ -1,0 +1,93 @@
+"""The dashboard answers only to the names it is known by (DNS rebinding), bounds its live
+event streams, and tells a second reviewer who decided first (issue 9, items 6-7)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from pipeline.policy import load_policy
+from workers.runtime.settings import Settings
+from workers.stages.review import AlreadyDecided
+from workers.web import app as dashboard
+from workers.web.app import allowed_hosts, build_app
+from workers.web.state import DashboardState
+
+
+class IdleFeed:
+    async def run(self, state: DashboardState) -> None:
+        await asyncio.Event().wait()
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "idle", "connected": True}
+
+
+class SecondReviewer:
+    async def decide(self, candidate_id: str, verdict: Any, by: str, note: str) -> dict:
+        raise AlreadyDecided(candidate_id, "alice", 1_700_000_000.0, "accept")
+
+
+def client(settings: Settings) -> TestClient:
+    app = build_app(settings, load_policy(None), feed=IdleFeed(), ops=SecondReviewer())  # type: ignore[arg-type]
+    return TestClient(TestServer(app, host="127.0.0.1"))
+
+
+class TestHosts:
+    def test_names_the_dashboard_is_known_by(self):
+        assert allowed_hosts(Settings()) == {"localhost", "127.0.0.1", "::1"}
+        wildcard = Settings(web_host="0.0.0.0", web_allowed_hosts="Dash.Internal, 10.0.0.5")
+        assert allowed_hosts(wildcard) == {
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "dash.internal",
+            "10.0.0.5",
+        }
+
+    async def test_a_rebound_name_is_refused(self):
+        async with client(Settings()) as c:
+            assert (await c.get("/api/health")).status == 200
+            for host in ("evil.example", "evil.example:6066", "127.0.0.1.evil.example", "[::2]"):
+                response = await c.get("/api/health", headers={"Host": host})
+                assert response.status == 421, host
+            assert (await c.get("/", headers={"Host": "localhost:6066"})).status == 200
+            assert (await c.get("/api/health", headers={"Host": "[::1]:6066"})).status == 200
+
+    async def test_an_allowed_name_is_served(self):
+        async with client(Settings(web_allowed_hosts="dash.internal")) as c:
+            response = await c.get("/api/health", headers={"Host": "dash.internal"})
+            assert response.status == 200
+
+
+class TestSubscribers:
+    async def test_streams_beyond_the_bound_are_refused(self, monkeypatch):
+        monkeypatch.setattr(dashboard, "MAX_SUBSCRIBERS", 2)
+        async with client(Settings()) as c:
+            open_streams = [await c.get("/api/events") for _ in range(2)]
+            for stream in open_streams:
+                assert stream.status == 200
+                await stream.content.readuntil(b"\n\n")  # subscribed
+            refused = await c.get("/api/events")
+            assert refused.status == 503 and refused.headers["Retry-After"] == "10"
+            open_streams[0].close()
+            for _ in range(100):
+                if len(c.app[dashboard.STATE].subscribers) < 2:
+                    break
+                await asyncio.sleep(0.01)
+            again = await c.get("/api/events")
+            assert again.status == 200
+            again.close()
+            open_streams[1].close()
+
+
+async def test_a_second_verdict_is_a_conflict_naming_the_first():
+    async with client(Settings(web_token="t")) as c:
+        response = await c.post(
+            "/api/review/c1",
+            json={"verdict": "reject", "by": "bob"},
+            headers={"Authorization": "Bearer t"},
+        )
+        assert response.status == 409
+        assert "already decided by alice at 2023-11-14T22:13:20" in (await response.json())["error"]
