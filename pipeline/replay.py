@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import GroundstreamError
 from pipeline.records import OUTCOME_STAGE
 
 SUPERSEDED_STAGE = "superseded"
@@ -32,7 +33,7 @@ UNRECORDED = "unrecorded"
 """The outcome of a candidate the recording holds no outcome for (in flight, or lost)."""
 
 
-class EncoderChanged(ValueError):
+class EncoderChanged(GroundstreamError, ValueError):
     """The replay's policy embeds with another encoder than the recording did."""
 
 

@@ -12,13 +12,15 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import GroundstreamError
+
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects any message may have (records nest < 10)."""
 
 
-class DecodeLimitError(orjson.JSONDecodeError):
+class DecodeLimitError(GroundstreamError, orjson.JSONDecodeError):
     """Input over a parse-time limit (nesting depth or size); a ValueError, and an
     `orjson.JSONDecodeError`, so every caller that handles bad JSON handles it too."""
 

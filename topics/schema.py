@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import GroundstreamError
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
 
@@ -28,7 +29,7 @@ MAX_ID_CHARS = 256
 DEFAULT_MAX_CANDIDATE_BYTES = 1024 * 1024
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(GroundstreamError, ValueError):
     """A message cannot be used; `reason` is short and names the field at fault."""
 
     def __init__(self, reason: str) -> None:

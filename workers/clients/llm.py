@@ -41,7 +41,7 @@ from pipeline.breaker import (
     on_success,
 )
 from pipeline.consistency import BudgetLimit, build_sample_request
-from pipeline.errors import PolicyError
+from pipeline.errors import GroundstreamError, PolicyError
 from pipeline.judge import (
     JudgeConfig,
     JudgeReadout,
@@ -356,7 +356,7 @@ class ChatEndpoint:
         return SampleResult(tuple(samples), used, limit, tuple(calls), n, failure)
 
 
-class ReplyTooLarge(Exception):
+class ReplyTooLarge(GroundstreamError):
     """A reply body over the endpoint's `max_reply_bytes`."""
 
 

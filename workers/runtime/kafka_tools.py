@@ -11,6 +11,7 @@ from typing import IO, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from pipeline.errors import GroundstreamError
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, parse_candidate
@@ -23,7 +24,7 @@ from workers.stages.kit import ControlState
 CONTROL_READ_TIMEOUT_S = 10.0
 
 
-class UnknownTopic(LookupError):
+class UnknownTopic(GroundstreamError, LookupError):
     """The topic does not exist: a consumer would log an error every 100 ms until it
     gives up with a traceback, so the tools check first and name what does exist."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from pipeline.errors import GroundstreamError
 from topics.admin import missing_topics
 from workers.runtime.loop import BrokerUnavailable, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
@@ -28,7 +29,7 @@ from workers.stages.ladder import STAGE_NAMES, row
 log = logging.getLogger("groundstream.runner")
 
 
-class TopicsMissing(RuntimeError):
+class TopicsMissing(GroundstreamError, RuntimeError):
     """The broker cannot be reached or the ladder's topics do not exist: a worker would sit
     idle (a consumer gets no partitions of a missing topic), so it refuses to start."""
 
