@@ -216,6 +216,12 @@ async def audit(bootstrap: str, prefix: str, ids: list[str]) -> Figures:
     return figures
 
 
+async def outcomes_so_far(bootstrap: str, prefix: str) -> int:
+    """How many candidates have their outcome record now (`decisions` read to its end)."""
+    records = await _read(bootstrap, Topic.DECISIONS.full(prefix))
+    return len({loads(r.value)["candidate_id"] for r in records if b'"stage":"outcome"' in r.value})
+
+
 async def wait_for_outcomes(bootstrap: str, prefix: str, ids: list[str], timeout: float) -> int:
     """Follow `decisions` (committed records only) until every id has an outcome record or
     `timeout` seconds pass; returns how many ids have one."""
