@@ -94,14 +94,16 @@ class Outcome:
 class OutcomeIndex:
     """Outcome records by candidate id, from the ledger's first offset on, live."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, topic: str) -> None:
-        self.consumer, self.topic = consumer, topic
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.consumer: AIOKafkaConsumer | None = None
         self.outcomes: dict[str, Mapping[str, Any]] = {}
         self.waiters: dict[str, list[asyncio.Future[Mapping[str, Any]]]] = {}
         self.caught_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self.consumer = _reader(self.bootstrap, self.topic)
         await self.consumer.start()
         tps = await partitions(self.consumer, self.topic)
         await self.consumer.seek_to_beginning(*tps)
@@ -114,6 +116,7 @@ class OutcomeIndex:
             self._task.result()  # the reader failed before it caught up: say why
 
     async def _follow(self, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> None:
+        assert self.consumer is not None
         behind = {tp for tp in tps if ends[tp] > 0}
         if not behind:
             self.caught_up.set()
@@ -155,7 +158,8 @@ class OutcomeIndex:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self.consumer.stop()
+        if self.consumer is not None:
+            await self.consumer.stop()
 
 
 def _reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
@@ -176,18 +180,18 @@ class AgentClient:
 
     def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", topic_prefix: str = "") -> None:
         self.bootstrap, self.prefix = bootstrap_servers, topic_prefix
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            acks="all",
-            enable_idempotence=True,
-            max_request_size=MAX_MESSAGE_BYTES,
-        )
-        ledger = Topic.OUTCOMES.full(topic_prefix)
-        self.index = OutcomeIndex(_reader(bootstrap_servers, ledger), ledger)
+        self.producer: AIOKafkaProducer | None = None
+        self.index = OutcomeIndex(bootstrap_servers, Topic.OUTCOMES.full(topic_prefix))
         self.sent: dict[str, str] = {}
         """Content hashes of the ids this client has sent, for conflicts still in flight."""
 
     async def start(self) -> None:
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            max_request_size=MAX_MESSAGE_BYTES,
+        )
         await self.producer.start()
         try:
             await self.index.start()
@@ -197,7 +201,8 @@ class AgentClient:
 
     async def stop(self) -> None:
         await self.index.stop()
-        await self.producer.stop()
+        if self.producer is not None:
+            await self.producer.stop()
 
     async def __aenter__(self) -> AgentClient:
         await self.start()
@@ -232,6 +237,8 @@ class AgentClient:
                 "send the new answer under a new id"
             )
         if earlier is None:
+            if self.producer is None:
+                raise RuntimeError("the client is not started: use `async with AgentClient(...)`")
             self.sent[parsed.id] = digest
             await self.producer.send_and_wait(
                 Topic.CANDIDATES.full(self.prefix), dumps(data), key=parsed.session_id.encode()
