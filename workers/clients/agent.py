@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from pipeline.errors import GroundstreamError
 from pipeline.records import OUTCOME_STAGE, content_hash
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
@@ -47,11 +48,11 @@ DEADLETTER = "deadletter"
 STATE = "state"
 
 
-class CandidateConflict(ValueError):
+class CandidateConflict(GroundstreamError, ValueError):
     """A candidate id already decided for other content; send the new answer under a new id."""
 
 
-class OutcomeTimeout(TimeoutError):
+class OutcomeTimeout(GroundstreamError, TimeoutError):
     """No outcome within the time asked for; the candidate is still in flight."""
 
     def __init__(self, candidate_id: str, timeout: float) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from pipeline.errors import GroundstreamError
 from pipeline.policy import Policy
 from pipeline.records import iso_time
 from pipeline.review import HumanVerdict, reason
@@ -42,7 +43,7 @@ CLAIM_STALE_SECONDS = 60.0
 """A claim this old without its routing is taken as abandoned (its writer crashed)."""
 
 
-class AlreadyDecided(LookupError):
+class AlreadyDecided(GroundstreamError, LookupError):
     """A verdict came second: another reviewer's verdict on this parking won."""
 
     def __init__(self, candidate_id: str, by: str, at: float, verdict: str) -> None:
