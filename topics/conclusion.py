@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.errors import GroundstreamError
 from topics.codec import dumps, loads
 from topics.schema import MAX_ID_CHARS
 from topics.signing import signature
@@ -39,7 +40,7 @@ _OURS = frozenset(
 )
 
 
-class BadConclusion(ValueError):
+class BadConclusion(GroundstreamError, ValueError):
     """A message on `concluded` lacks what the writer needs (only we write there)."""
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.errors import GroundstreamError
 from workers.runtime.ready import not_ready
 from workers.runtime.settings import Settings
 
@@ -32,7 +33,7 @@ LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
 MIB = 1024 * 1024
 
 
-class BenchError(RuntimeError):
+class BenchError(GroundstreamError, RuntimeError):
     """The bench could not get what it needs (broker, workers) or its outputs never came."""
 
 

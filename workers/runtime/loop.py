@@ -50,6 +50,7 @@ from aiokafka import (
     TopicPartition,
 )
 
+from pipeline.errors import GroundstreamError
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.runtime.control import ControlListener
@@ -68,11 +69,11 @@ BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 GIVE_UP_S = 300.0
 
 
-class BrokerUnavailable(RuntimeError):
+class BrokerUnavailable(GroundstreamError, RuntimeError):
     """The broker stayed away longer than the worker's patience: exit without committing."""
 
 
-class StaleBatch(RuntimeError):
+class StaleBatch(GroundstreamError, RuntimeError):
     """A fetched batch outlived its assignment; the session starts over, committing nothing."""
 
 
