@@ -8,17 +8,17 @@ GroundstreamError
  ├── PolicyError (ValueError)            a policy or setting is invalid; names the field
  │    └── SettingsError                  workers.runtime.settings: a GROUNDSTREAM_* variable
  ├── ScoringError (ValueError)           an input cannot be scored (empty text, bad shape)
- ├── EncoderChanged (ValueError)         pipeline.replay: the policy's encoder is not the recorded one
+ ├── EncoderChanged (ValueError)         pipeline.replay: not the recorded encoder
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
  ├── TopicsMissing (RuntimeError)        workers.runtime.runner: broker or topics absent at start
- ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: consume of a topic that is not there
- ├── BrokerUnavailable (RuntimeError)    workers.runtime.loop: the broker stayed away; exit, commit nothing
- ├── StaleBatch (RuntimeError)           workers.runtime.loop: a rebalance took the batch's partitions
+ ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
+ ├── BrokerUnavailable (RuntimeError)    workers.runtime.loop: broker gone; exit uncommitted
+ ├── StaleBatch (RuntimeError)           workers.runtime.loop: a rebalance took the batch
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
- ├── OutcomeTimeout (TimeoutError)       workers.clients.agent: no outcome yet; the candidate is in flight
+ ├── OutcomeTimeout (TimeoutError)       workers.clients.agent: no outcome yet (in flight)
  ├── AlreadyDecided (LookupError)        workers.stages.review: a second verdict on one candidate
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """
