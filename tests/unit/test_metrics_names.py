@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from faust.types import TP
+from aiokafka.structs import TopicPartition
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -160,18 +160,20 @@ def test_values_reach_the_exposition() -> None:
 
 
 class _Consumer:
-    """faust's consumer as the lag refresh sees it: assignment, high-water, position."""
+    """The stage loop's AIOKafkaConsumer as the lag refresh sees it: assignment, high-water,
+    position."""
 
     def __init__(self, high: dict[int, int | None], position: dict[int, int]) -> None:
         self.high, self.pos = high, position
 
-    def assignment(self) -> set[TP]:
-        return {TP("candidates", p) for p in self.high} | {TP("decisions", 0)}
+    def assignment(self) -> set[TopicPartition]:
+        sources = {TopicPartition("candidates", p) for p in self.high}
+        return sources | {TopicPartition("decisions", 0)}  # not the stage's source: skipped
 
-    def highwater(self, tp: TP) -> int | None:
+    def highwater(self, tp: TopicPartition) -> int | None:
         return self.high[tp.partition]
 
-    async def position(self, tp: TP) -> int:
+    async def position(self, tp: TopicPartition) -> int:
         return self.pos[tp.partition]
 
 

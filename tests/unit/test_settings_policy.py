@@ -39,7 +39,6 @@ class TestSettingsFromEnv:
                 "GROUNDSTREAM_BOOTSTRAP_SERVERS": "k1:9092,k2:9093",
                 "GROUNDSTREAM_PARTITIONS": "6",
                 "GROUNDSTREAM_BATCH_WITHIN": "0.25",
-                "GROUNDSTREAM_WEB_ENABLED": "yes",
                 "GROUNDSTREAM_JUDGE_URL": "http://127.0.0.1:8000/v1/",
                 "GROUNDSTREAM_TOPIC_PREFIX": "t1-",
                 "GROUNDSTREAM_LOG_LEVEL": "DEBUG",
@@ -48,7 +47,6 @@ class TestSettingsFromEnv:
         assert s.bootstrap_servers == "k1:9092,k2:9093"
         assert s.partitions == 6
         assert s.batch_within == 0.25
-        assert s.web_enabled is True
         assert s.judge_url == "http://127.0.0.1:8000/v1"
         assert s.topic(Topic.STATE) == "t1-state"
 
@@ -76,7 +74,6 @@ class TestSettingsFromEnv:
             ("GROUNDSTREAM_SAMPLER_URL", "localhost:8000/v1"),
             ("GROUNDSTREAM_WEB_PORT", "0"),
             ("GROUNDSTREAM_WEB_PORT", "70000"),
-            ("GROUNDSTREAM_WEB_ENABLED", "maybe"),
             ("GROUNDSTREAM_JUDGE_TIMEOUT", "-1"),
             ("GROUNDSTREAM_SAMPLER_TIMEOUT", "soon"),
             ("GROUNDSTREAM_CONTROL_POLL", "0"),

@@ -8,7 +8,7 @@ The line tells the person at the terminal; the file, under the data dir, tells
 child) and `groundstream wait-ready` (which a script runs before it produces).
 
 Any run loop calls `announce_ready` at that moment and `clear_ready` when it stops;
-nothing here knows faust or aiokafka. A file is trusted only while the process it names
+nothing here knows Kafka. A file is trusted only while the process it names
 is alive, so a worker killed with -9 leaves no false "ready" behind.
 """
 
@@ -64,9 +64,7 @@ def announce_ready(
     tmp = path.with_name(f"{path.name}.{ready.pid}.tmp")
     tmp.write_bytes(dumps({**asdict(ready), "partitions": list(ready.partitions)}))
     tmp.replace(path)
-    # The real stderr: faust redirects sys.stderr into its logging, which would dress the
-    # line up as a log record.
-    print(ready.line(), file=err or sys.__stderr__, flush=True)
+    print(ready.line(), file=err or sys.stderr, flush=True)
     return ready
 
 

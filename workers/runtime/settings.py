@@ -45,15 +45,6 @@ def _port(v: str) -> int:
     return n
 
 
-def _bool(v: str) -> bool:
-    low = v.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError
-
-
 def _servers(v: str) -> str:
     for part in v.split(","):
         host, _, port = part.strip().rpartition(":")
@@ -83,7 +74,6 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_candidate_bytes": (_positive_int, "bytes >= 1"),
     "web_port": (_port, "a TCP port"),
     "metrics_port": (_port, "a TCP port (the first stage's; each stage adds its index)"),
-    "web_enabled": (_bool, "true or false"),
     "sampler_url": (_url, "an http(s) base URL ending in /v1"),
     "judge_url": (_url, "an http(s) base URL ending in /v1"),
     "sampler_timeout": (_positive_float, "seconds > 0"),
@@ -108,7 +98,6 @@ class Settings:
     max_candidate_bytes: int = 1024 * 1024
     web_host: str = "127.0.0.1"
     web_port: int = 6066
-    web_enabled: bool = False
     web_token: str = field(default="", repr=False)
     web_allowed_hosts: str = ""
     data_dir: str = ".groundstream"
