@@ -42,7 +42,7 @@ def _policy(settings: Settings):
     "--log-level",
     default=None,
     help="debug, info, warning or error (default GROUNDSTREAM_LOG_LEVEL, else warning; "
-    "faust's own start-up chatter shows from info down).",
+    "aiokafka's own start-up chatter shows from info down).",
 )
 def main(log_level: str | None) -> None:
     """groundstream: keep bad LLM answers out of agent and RAG state."""
