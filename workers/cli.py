@@ -722,16 +722,19 @@ def attach(
         mapping = _policy(settings).attach
     if mapping is None:
         raise click.UsageError("no [attach] mapping in the policy: add one, or pass --preset")
-    counts = asyncio.run(
-        run_attach(
-            settings,
-            source,
-            mapping,
-            pass_through=pass_through,
-            group=group,
-            until_idle=until_idle,
+    try:
+        counts = asyncio.run(
+            run_attach(
+                settings,
+                source,
+                mapping,
+                pass_through=pass_through,
+                group=group,
+                until_idle=until_idle,
+            )
         )
-    )
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
     names = ("candidates", "pass_through", "deadletter", "duplicate")
     click.echo("attached: " + " ".join(f"{n}={counts[n]}" for n in names), err=True)
 
