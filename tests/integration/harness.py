@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -15,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from topics.codec import loads
+from workers.bench.procs import broker_answers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -38,29 +37,6 @@ def local_sh(
         timeout=timeout,
         check=False,
     )
-
-
-def broker_answers(bootstrap: str, timeout: float = 5.0) -> bool:
-    """True if a Kafka broker returns metadata at ``bootstrap``."""
-    from aiokafka.client import AIOKafkaClient
-
-    async def probe() -> None:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
-        try:
-            await asyncio.wait_for(client.bootstrap(), timeout)
-        finally:
-            await client.close()
-
-    quiet = logging.getLogger("aiokafka")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # "Unable connect" is the answer here, not an error
-    try:
-        asyncio.run(probe())
-    except Exception:
-        return False
-    finally:
-        quiet.setLevel(level)
-    return True
 
 
 class BrokerStartError(RuntimeError):
