@@ -171,7 +171,8 @@ async def test_produced_records_move_counts_and_charts_live(
     await expect(first).to_have_attribute("data-method", "grounding")
     accept = f"accept {thresholds['grounding_accept']:.4f}"
     await expect(first.locator("text.cut-label", has_text=accept)).to_have_count(1)
-    strong = f"strong_pass {thresholds['sgi_strong_pass']:.4f}"  # on the SGI axis now
+    # On the SGI axis, or "strong_pass inf (accepts nothing)" at its end when the cut is inf.
+    strong = f"strong_pass {thresholds['sgi_strong_pass']:.4f}"
     await expect(
         page.locator("#hists [data-method=sgi] text.cut-label", has_text=strong)
     ).to_have_count(1)
@@ -227,14 +228,17 @@ async def test_a_candidates_trail_is_found_by_id(
 async def test_reviewer_accepts_in_the_page_and_it_reaches_state(
     visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings, tmp_path: Path
 ):
-    # An accepted item passes the rules stage on its way to `state`: run the real worker.
+    # An accepted item passes the rules stage, and the terminal writer delivers it to
+    # `state`: run the real workers.
     env = worker_env(kafka_bootstrap, dashboard_settings.topic_prefix, tmp_path / "data")
-    rules = Workers(env, "rules", tmp_path / "rules.log")
-    await asyncio.to_thread(rules.start)
+    workers = [Workers(env, stage, tmp_path / f"{stage}.log") for stage in ("rules", "terminal")]
     try:
+        for worker in workers:
+            await asyncio.to_thread(worker.start)
         await accept_in_the_page(visit, kafka_bootstrap, dashboard_settings)
     finally:
-        await asyncio.to_thread(rules.stop)
+        for worker in workers:
+            await asyncio.to_thread(worker.stop)
 
 
 async def accept_in_the_page(visit: Visit, kafka_bootstrap: str, settings: Settings) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.integration.harness import Workers, worker_env
 from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope
@@ -130,7 +131,20 @@ async def test_kill_switch_is_published_on_control(
         assert summary["kill_switch"]["on"] is True
 
 
-async def test_review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, dashboard_url):
+async def test_review_queue_lists_and_decides(
+    kafka_bootstrap, dashboard_settings, dashboard_url, tmp_path
+):
+    # The verdict's outcome record is written by the terminal writer: run the real one.
+    env = worker_env(kafka_bootstrap, dashboard_settings.topic_prefix, tmp_path / "data")
+    terminal = Workers(env, "terminal", tmp_path / "terminal.log")
+    await asyncio.to_thread(terminal.start)
+    try:
+        await _review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, dashboard_url)
+    finally:
+        await asyncio.to_thread(terminal.stop)
+
+
+async def _review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, dashboard_url):
     candidate = Candidate(
         id="rev-1",
         session_id="s-rev",

@@ -109,6 +109,12 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _cut(value: Any) -> float | str | None:
+    """A threshold as records carry it: a finite number, or "inf" for an accept cut that
+    accepts nothing (JSON has no infinity), kept as that string for the page."""
+    return "inf" if value == "inf" else _number(value)
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The nearest-rank `q`-th percentile (0-100) of `values`; None when empty."""
     if not values:
@@ -153,7 +159,7 @@ class DashboardState:
         self.gates = BoundedCounter()
         self.breakers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.histograms: dict[str, Histogram] = {}
-        self.thresholds: dict[str, float] = {}
+        self.thresholds: dict[str, float | str] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.trails: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self.max_trails, self.trail_length = trails, trail_length
@@ -246,7 +252,7 @@ class DashboardState:
         thresholds = record.get("thresholds")
         if isinstance(thresholds, Mapping) and thresholds:  # the policy's, as last seen
             self.thresholds = {
-                _name(k): x for k, v in thresholds.items() if (x := _number(v)) is not None
+                _name(k): x for k, v in thresholds.items() if (x := _cut(v)) is not None
             }
 
     def _count_score(self, method: str, score: float) -> None:

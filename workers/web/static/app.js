@@ -290,9 +290,16 @@ function histogram(method, h, routed) {
   const off = [];
   // Cuts in order along the axis, labels on alternate lines so that close cuts stay legible;
   // a label in the right half reads leftwards from its line.
-  const cuts = Object.entries(marks).sort((a, b) => a[1] - b[1]);
+  // An accept cut of "inf" accepts nothing: it is labelled at the axis end, never drawn.
+  const value = (t) => (t === "inf" ? Infinity : t);
+  const cuts = Object.entries(marks).sort((a, b) => value(a[1]) - value(b[1]));
   cuts.forEach(([name, t], i) => {
     const short = name.slice(method.length + 1);
+    if (t === "inf") {
+      plot.append(svg("text", { x: W - R, y: 10 + 12 * (i % 2), "text-anchor": "end",
+        class: "tick cut-label", text: `${short} inf (accepts nothing)` }, tip(`${name} = inf`)));
+      return;
+    }
     if (t < h.lo || t > h.hi) { off.push(`${short} ${fmtCut(t)}`); return; }
     const right = x(t) > W / 2;
     const ly = 10 + 12 * (i % 2);
