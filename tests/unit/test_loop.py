@@ -100,3 +100,25 @@ async def test_an_unreachable_broker_ends_the_worker_without_a_commit() -> None:
     with pytest.raises(Exception, match="broker unusable"):
         await stuck.run()
     assert len(attempts) >= 2
+
+
+class TestMemberId:
+    """The transactional id fences a dead predecessor with the same id, and only it."""
+
+    def test_defaults_to_the_stage_group_and_the_host(self, monkeypatch) -> None:
+        monkeypatch.setattr("socket.gethostname", lambda: "node 7/a")
+        member = loop(ChangelogStore("p.outcomes")).member_id
+        assert member == "p.groundstream-terminal.node-7-a"  # Kafka's legal characters
+
+    def test_an_instance_id_gives_two_processes_on_one_host_their_own(self) -> None:
+        ids = set()
+        for instance in ("geo-1", "geo-2"):
+            settings = Settings(topic_prefix="p.", instance_id=instance)
+            worker = StageLoop(
+                TerminalStage(ChangelogStore("p.outcomes")),
+                settings,
+                StageContext(policy=load_policy(None)),
+                StageTelemetry("terminal", "p.concluded"),
+            )
+            ids.add(worker.member_id)
+        assert ids == {"p.groundstream-terminal.geo-1", "p.groundstream-terminal.geo-2"}

@@ -238,3 +238,9 @@ def test_load_policy_without_a_path_honours_the_environment(tmp_path, monkeypatc
     assert policy.thresholds.sgi_strong_pass == 1.5
     monkeypatch.delenv("GROUNDSTREAM_POLICY")
     assert load_policy().version != "from-env"
+
+
+def test_instance_id_is_checked_against_kafkas_legal_characters():
+    assert Settings.from_env({"GROUNDSTREAM_INSTANCE_ID": "geo-1.a_b"}).instance_id == "geo-1.a_b"
+    err = settings_error({"GROUNDSTREAM_INSTANCE_ID": "two words"})
+    assert err.field == "GROUNDSTREAM_INSTANCE_ID"

@@ -129,11 +129,12 @@ class StageLoop:
     @property
     def member_id(self) -> str:
         """This process's transactional id and static group member id: the stage's group
-        and the host. A worker restarted on the same host fences its dead predecessor and
-        takes its partitions back at once; replicas on other hosts (pods, containers)
-        keep ids of their own and share the group's partitions."""
+        and GROUNDSTREAM_INSTANCE_ID, else the host. A worker restarted under the same id
+        fences its dead predecessor and takes its partitions back at once; replicas with
+        ids of their own (other hosts, or one instance id per process on one host) share
+        the group's partitions."""
         host = re.sub(r"[^a-zA-Z0-9._-]", "-", socket.gethostname())  # Kafka's legal set
-        return f"{self.group_id}.{host}"
+        return f"{self.group_id}.{self.settings.instance_id or host}"
 
     async def run(self) -> None:
         """Run sessions until cancelled; raise BrokerUnavailable past `give_up_s`."""

@@ -7,6 +7,7 @@ variable, so a misconfigured worker stops before it touches a message.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -59,6 +60,12 @@ def _encoder_backend(v: str) -> str:
     return v
 
 
+def _instance_id(v: str) -> str:
+    if not re.fullmatch(r"[a-zA-Z0-9._-]{1,100}", v):
+        raise ValueError
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -80,6 +87,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "judge_timeout": (_positive_float, "seconds > 0"),
     "control_poll": (_positive_float, "seconds > 0"),
     "encoder_backend": (_encoder_backend, " or ".join(BACKENDS)),
+    "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
 }
 
 
@@ -117,6 +125,7 @@ class Settings:
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
     control_poll: float = 0.5
     encoder_backend: str = "torch"
+    instance_id: str = ""  # empty: the host name (one process per stage and host)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
