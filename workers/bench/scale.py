@@ -43,11 +43,12 @@ def run(opts: Options) -> Result:
             )  # fmt: skip
             return n / seconds
 
-        b.start("geometry", "geometry[1 of 1]")
+        b.start("geometry", "geometry[1 of 1]", GROUNDSTREAM_INSTANCE_ID="1")
         rate("scale-warm-1", opts.warmup)
         one = rate("scale-one", opts.n)
         print(f"one worker: {one:.1f}/s", flush=True)
-        b.start("geometry", "geometry[2 of 2]")
+        # Its own transactional id: two processes of a stage must not fence each other.
+        b.start("geometry", "geometry[2 of 2]", GROUNDSTREAM_INSTANCE_ID="2")
         rate("scale-warm-2", opts.warmup)
         two = rate("scale-two", opts.n)
         print(f"two workers: {two:.1f}/s", flush=True)
