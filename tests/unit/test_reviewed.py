@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pytest
 
@@ -15,6 +12,7 @@ from pipeline.errors import ScoringError
 from pipeline.grounding import FEATURES, GroundingModel
 from pipeline.records import make_record
 from pipeline.thresholds import Thresholds
+from tests.fixtures.fakes import HashEncoder
 from workers.eval.reviewed import (
     MIN_LABELS_FOR_CUTS,
     human_verdicts,
@@ -78,21 +76,6 @@ class TestVerdicts:
         assert examples[1].response == CANDIDATES["lab-0-right"]["response"]
 
 
-class HashEncoder:
-    model_id = "hash"
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(16)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows)
-
-    def windows(self, text: str) -> list[str]:
-        return [text]
-
-
 def coverage_model() -> GroundingModel:
     """P(grounded) rises with the share of the answer's words the source holds."""
     coefficients = [8.0 if f == "content_coverage" else 0.0 for f in FEATURES]
@@ -117,7 +100,7 @@ def test_refit_moves_the_cuts_to_the_reviewers_labels() -> None:
         coverage_model(),
         route="qa",
         max_accept_error=0.1,
-        encoder=HashEncoder(),
+        encoder=HashEncoder(dim=16),
     )
     assert result.n == 20 and result.n_accepted == 10
     assert not result.model_refitted  # 20 verdicts: cuts only
@@ -142,5 +125,5 @@ def test_too_few_verdicts_refit_nothing() -> None:
             coverage_model(),
             route=None,
             max_accept_error=0.1,
-            encoder=HashEncoder(),
+            encoder=HashEncoder(dim=16),
         )

@@ -5,12 +5,9 @@ policy's."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import tomllib
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pipeline.errors import PolicyError
@@ -18,7 +15,7 @@ from pipeline.grounding import FEATURES
 from pipeline.policy import load_policy, parse_policy
 from pipeline.results import GroundingScore, SGIResult
 from pipeline.switch import SwitchAction
-from tests.fixtures.fakes import FakeEncoder
+from tests.fixtures.fakes import FakeEncoder, HashEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, VECTORS
 from topics.codec import dumps, loads
 from topics.names import Topic
@@ -123,26 +120,9 @@ def test_the_switch_records_the_routes_cuts() -> None:
     assert record["thresholds"]["grounding_accept"] == 0.95
 
 
-class HashEncoder:
-    """Text → a hash-seeded unit vector: deterministic, no model."""
-
-    model_id = "hash"
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(16)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows)
-
-    def windows(self, text: str) -> list[str]:
-        return [text]
-
-
 def test_calibrate_route_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "policy.toml"
-    options = {"max_accept_error": 0.1, "limit": None, "encoder": HashEncoder()}
+    options = {"max_accept_error": 0.1, "limit": None, "encoder": HashEncoder(dim=16)}
     calibrate([LABELLED], out, reference=None, command="calibrate all", **options)
     before = load_policy(out)
     # The route's own population: here the first 12 answers only.
