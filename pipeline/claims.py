@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import ScoringError
-from pipeline.support import META_WORDS, STOP_WORDS, _sentences, stem
+from pipeline.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -48,6 +48,7 @@ __all__ = [
     "Claim",
     "ClaimSupport",
     "Window",
+    "answer_core",
     "context_statements",
     "lexical_overlap",
     "rank_windows",
@@ -165,6 +166,51 @@ def strip_lead_in(text: str) -> str:
     if not stripped.strip(" .!,:"):
         return body
     return stripped[0].upper() + stripped[1:] if stripped[0].islower() else stripped
+
+
+# fmt: off
+_FILLER: frozenset[str] = frozenset({
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "it", "it's", "its", "this",
+    "that", "these", "those", "they", "he", "she", "of", "in", "on", "at", "by", "for", "to",
+    "as", "from", "with", "and", "which", "who", "whom", "whose", "what", "where", "when",
+    "there", "here", "called", "named", "known",
+})
+# fmt: on
+"""Words a one-sentence answer uses to frame what it adds to the question ("The capital of
+Australia *is* Canberra", "*It's* FX"): they state nothing the question had not asked.
+Negations, quantifiers and comparatives are deliberately absent: "not", "only", "more"
+change the claim, so an answer that carries one outside its new words is scored whole."""
+
+
+def answer_core(response: str, question: str) -> str:
+    """What a one-sentence answer adds to its question, as the source's words would say it.
+
+    An assistant answers "What is the capital of Australia?" with "The capital of Australia
+    is Canberra." where an extractive reader answers "Canberra"; both claim the same thing.
+    The core is the shortest stretch of the (lead-in stripped) sentence that holds every
+    word the question does not already give, less the framing words (`_FILLER`, stop-free
+    meta words) around it: "Canberra" for both. Every new word stays inside the core, so
+    nothing the answer claims is dropped; an answer with a negation, quantifier or other
+    meaning-bearing word outside that stretch, one of several sentences, or one without a
+    question is returned whole (lead-in stripped only for single sentences).
+    """
+    body = response.strip()
+    if not question.strip() or len(_sentences(body)) != 1:
+        return body
+    body = strip_lead_in(body)
+    given = {tok.key for tok in _tokens(question)}
+    kept = [
+        tok
+        for tok in _tokens(body)
+        if tok.key not in given and tok.surface not in _FILLER and tok.surface not in META_WORDS
+    ]
+    if not kept:
+        return body
+    core = body[kept[0].start : kept[-1].end]
+    outside = (t for t in _tokens(body) if t.end <= kept[0].start or t.start >= kept[-1].end)
+    if any(t.surface in STOP_WORDS and t.surface not in _FILLER for t in outside):
+        return body  # a "not", "only" or "more" outside the core changes what it claims
+    return core
 
 
 def _clauses(text: str, offset: int) -> list[tuple[int, int]]:

@@ -8,6 +8,7 @@ import pytest
 from pipeline.claims import (
     Claim,
     Window,
+    answer_core,
     context_statements,
     lexical_overlap,
     rank_windows,
@@ -156,3 +157,54 @@ class TestSummarise:
             summarise(self.claims, self.windows, [(0,)], [(0.5,)])
         with pytest.raises(ScoringError):
             summarise(self.claims[:1], self.windows, [(0, 1)], [(0.5,)])
+
+
+class TestAnswerCore:
+    """What a one-sentence answer adds to its question: the text the features read."""
+
+    Q = "What is the capital of Australia?"
+
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            "Canberra",
+            "Canberra.",
+            "The capital of Australia is Canberra.",
+            "Based on the passage, the answer is Canberra.",
+            "Canberra is the answer.",
+            "It's Canberra.",
+        ],
+    )
+    def test_the_same_claim_in_any_wrapper_reads_the_same(self, answer: str) -> None:
+        assert answer_core(answer, self.Q) == "Canberra"
+
+    def test_every_new_word_stays(self) -> None:
+        core = answer_core("The capital of Australia is Sydney, its largest city.", self.Q)
+        assert core == "Sydney, its largest city"
+
+    @pytest.mark.parametrize(
+        ("answer", "kept"),
+        [
+            ("The capital of Australia is not Canberra.", "not Canberra"),
+            ("Only Canberra is the capital.", "Only Canberra"),
+        ],
+    )
+    def test_a_negation_or_quantifier_is_never_dropped(self, answer: str, kept: str) -> None:
+        assert answer_core(answer, self.Q) == kept
+
+    def test_a_meaning_word_outside_the_new_words_keeps_the_sentence_whole(self) -> None:
+        assert answer_core("Sydney is not the capital of Australia.", self.Q) == "Sydney is not"
+        # Here "not" is the question's word, so only "Sydney" is new; dropping the "not"
+        # around it would turn the claim round, so the sentence is read whole.
+        answer = "Sydney is not the capital of Australia."
+        assert answer_core(answer, "Which city is not the capital of Australia?") == answer
+
+    def test_several_sentences_or_no_question_are_left_whole(self) -> None:
+        two = "Canberra is the capital. Sydney is larger."
+        assert answer_core(two, self.Q) == two
+        assert answer_core("The capital of Australia is Canberra.", "") == (
+            "The capital of Australia is Canberra."
+        )
+
+    def test_an_answer_adding_nothing_keeps_its_words(self) -> None:
+        assert answer_core("It's no.", "Is Sydney the capital of Australia?") == "no"
