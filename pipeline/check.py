@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pipeline.grounding import LONG_FORM
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.thresholds import Thresholds
 
@@ -83,7 +84,7 @@ def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:
         return _check_sgi(score.value, t)
     if isinstance(score, DGIResult):
         return _check_dgi(score.value, t)
-    return _check_grounding(score.value, t)
+    return _check_grounding(score.value, t, bool(score.features.get(LONG_FORM, 0.0)))
 
 
 def _check_sgi(value: float, t: Thresholds) -> Check:
@@ -141,23 +142,30 @@ def _check_dgi(value: float, t: Thresholds) -> Check:
     )
 
 
-def _check_grounding(value: float, t: Thresholds) -> Check:
-    if value >= t.grounding_accept:
+LONG_FORM_CUT = "long-form "
+"""How a grounding check's detail names the long-form cuts (`Thresholds.grounding_cuts`),
+so a switch re-deriving the check from its record applies the same pair."""
+
+
+def _check_grounding(value: float, t: Thresholds, long_form: bool = False) -> Check:
+    accept, review = t.grounding_cuts(long_form)
+    kind = LONG_FORM_CUT if long_form else ""
+    if value >= accept:
         return Check(
             "Supported by the document",
             Level.OK,
-            "Geometry and source support together say the response comes from the context.",
-            f"P(grounded) {value:.3f} >= accept {_cut(t.grounding_accept)}",
+            "Geometry, source and claim support together say the response comes from the context.",
+            f"P(grounded) {value:.3f} >= {kind}accept {_cut(accept)}",
             "grounding",
             value,
             False,
         )
-    if value >= t.grounding_review:
+    if value >= review:
         return Check(
             "Partly supported",
             Level.REVIEW,
-            "Part of the response is not backed by the context; a later stage must decide.",
-            f"P(grounded) {value:.3f} in [{_cut(t.grounding_review)}, {_cut(t.grounding_accept)})",
+            "The context does not settle the response either way; a later stage must decide.",
+            f"P(grounded) {value:.3f} in {kind}[{_cut(review)}, {_cut(accept)})",
             "grounding",
             value,
             True,
@@ -165,8 +173,8 @@ def _check_grounding(value: float, t: Thresholds) -> Check:
     return Check(
         "Not supported by the document",
         Level.RISK,
-        "Much of the response is not backed by the context it was given.",
-        f"P(grounded) {value:.3f} < review {_cut(t.grounding_review)}",
+        "What the response claims is not backed by the context it was given.",
+        f"P(grounded) {value:.3f} < {kind}review {_cut(review)}",
         "grounding",
         value,
         False,

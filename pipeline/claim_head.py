@@ -17,8 +17,9 @@ Why it exists
     so scoring needs numpy only.
 
 Failure posture
-    Pure: no I/O, no torch. A head whose arrays do not fit together, or features of the
-    wrong width, raise :class:`ScoringError`. A zero vector (an empty text) gives cosine 0.
+    Pure but for ``read_head`` (one file read); no torch. A head whose arrays do not fit
+    together, or features of the wrong width, raise :class:`ScoringError`. A zero vector
+    (an empty text) gives cosine 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -47,6 +49,7 @@ __all__ = [
     "assess",
     "pair_features",
     "prepare_pairs",
+    "read_head",
 ]
 
 LEXICAL_FEATURES = (
@@ -146,6 +149,18 @@ class ClaimHead:
             if i < len(self.layers) - 1:
                 x = np.maximum(x, 0.0)
         return 1.0 / (1.0 + np.exp(-x[:, 0].astype(np.float64)))
+
+
+def read_head(path: str | Path) -> ClaimHead:
+    """The head stored at ``path`` (a ``head.npz`` written by ``groundstream train``)."""
+    with np.load(path) as saved:
+        n = sum(1 for name in saved.files if name.startswith("w"))
+        layers = tuple(
+            (saved[f"w{i}"].astype(np.float32), saved[f"b{i}"].astype(np.float32)) for i in range(n)
+        )
+        return ClaimHead(
+            saved["mean"].astype(np.float32), saved["scale"].astype(np.float32), layers
+        )
 
 
 def prepare_pairs(

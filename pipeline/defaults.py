@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from pipeline import switch
 from pipeline.check import Check, Score
 from pipeline.check import check as core_check
+from pipeline.claim_head import ClaimHead, read_head
 from pipeline.encoder import load_encoder
-from pipeline.grounding import score_grounding
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
+from pipeline.scoring import score_batch
 from pipeline.thresholds import Thresholds
 
 NO_REFERENCE = "no reference direction in the policy"
@@ -40,6 +42,12 @@ def default_reference() -> np.ndarray:
     if reference is None:
         raise LookupError(f"{NO_REFERENCE} (reference.dgi_mu)")
     return np.array(reference, dtype=np.float64)
+
+
+@lru_cache(maxsize=1)
+def default_claim_head() -> ClaimHead:
+    """The shipped claim-support head (`pipeline/data/claims/head.npz`), read once."""
+    return read_head(Path(__file__).resolve().parent / "data" / "claims" / "head.npz")
 
 
 def default_encoder() -> Encoder:
@@ -84,10 +92,14 @@ def score_candidate(
             return DGIResult(0.0, 0.0, 1, True, NO_REFERENCE)
         return compute_dgi(question, response, enc, default_reference())
     chunks = (context,) if isinstance(context, str) else tuple(context)
-    sgi = compute_sgi(question, chunks, response, enc)
-    if policy.grounding is None:
-        return sgi
-    return score_grounding(policy.grounding, question, chunks, response, sgi)
+    return score_batch(
+        [(question, chunks, response)],
+        enc,
+        None,
+        policy.grounding,
+        None,
+        default_claim_head(),
+    )[0]
 
 
 def check(score: Score | Check, thresholds: Thresholds | None = None) -> Check:

@@ -1,16 +1,23 @@
-"""The calibrated grounding score: geometry and source support combined into P(grounded).
+"""The calibrated grounding score: geometry, source and claim support combined into P(grounded).
 
 SGI alone separates little on realistic RAG answers (they stay on topic), so when a
-context exists the geometry stage also measures how much of the response the source
-actually supports — content-word coverage, the weakest sentences, unsupported words,
-numbers and names, phrase-level (n-gram) support and local support (whether each
-sentence's words sit together in a few neighbouring source sentences) — and a logistic
-model fitted by `groundstream calibrate` turns these into one probability. The switch
-routes on it with the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`).
+context exists the geometry stage also measures what the source supports of what the
+response *says* — content-word coverage, the weakest sentences, unsupported words,
+numbers and names, phrase-level (n-gram) support, local support (whether each sentence's
+words sit together in a few neighbouring source sentences) and the claim-support head's
+score of the weakest claim (`pipeline.claim_head`) — and a logistic model fitted by
+`groundstream calibrate` turns these into one probability. The switch routes on it with
+the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`, and the
+long-form pair for long answers).
 
-No length feature is used on purpose: answer length is a confound in the public data
-(right answers are short), not evidence of grounding. Fitting the model is offline work
-and lives in `pipeline.fit.grounding`; this module only applies a fitted one.
+Content, not form. Every feature but claim support is measured on the answer's *core*
+(`pipeline.claims.answer_core`): what a one-sentence answer adds to its question, without
+the assistant's framing. In the public data right answers are short copied spans and
+hallucinated ones fluent sentences; a model fed whole sentences learned that artefact and
+sent "The capital of Australia is Canberra." to fallback while "Canberra" was accepted.
+Measured on the core, both read "Canberra". No length feature is used for the same
+reason. Fitting the model is offline work and lives in `pipeline.fit.grounding`; this
+module only applies a fitted one.
 """
 
 from __future__ import annotations
@@ -19,11 +26,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pipeline.claims import ClaimSupport
 from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
 from pipeline.results import GroundingScore, SGIResult
 from pipeline.support import measure_support, ngram_precision
 
+CLAIM_SUPPORT = "claim_support"
+"""The claim head's P(supported) of the response's weakest claim (0 when it was not
+measured: no claim-support evidence is no evidence of support)."""
 BASE_FEATURES: tuple[str, ...] = (
     "log_sgi",
     "content_coverage",
@@ -37,6 +48,7 @@ BASE_FEATURES: tuple[str, ...] = (
     "unsupported_words",
     "weak_sentence_share",
     "local_weak_share",
+    CLAIM_SUPPORT,
 )
 LONG_FORM = "long_form"
 FEATURES: tuple[str, ...] = (
@@ -61,9 +73,15 @@ locally (see `pipeline.support.LOCAL_WINDOW`)."""
 
 
 def grounding_features(
-    question: str, context: Sequence[str], response: str, sgi: SGIResult
+    question: str,
+    context: Sequence[str],
+    response: str,
+    sgi: SGIResult,
+    claim: ClaimSupport | None = None,
 ) -> dict[str, float]:
-    """The model's inputs for one response; pure and deterministic."""
+    """The model's inputs for one response (its core, see `pipeline.claims.answer_core`,
+    with `sgi` measured on the same text); pure and deterministic given `claim` (the claim
+    head's reading of the whole response, `pipeline.claim_head.assess`)."""
     report = measure_support(response, context, question)
     trigram = ngram_precision(response, context, 3)
     numbers = min(len(report.unsupported_numbers), _CAP)
@@ -91,6 +109,7 @@ def grounding_features(
         "unsupported_words": float(min(len(report.unsupported_words), _WORD_CAP)),
         "weak_sentence_share": _share(cov < WEAK_SENTENCE for cov, _ in claims),
         "local_weak_share": _share(local < WEAK_LOCAL for _, local in claims),
+        CLAIM_SUPPORT: 0.0 if claim is None else claim.score,
     }
     long_form = float(len(report.sentence_spans) > 1 or sgi.context_windows > 1)
     return {
@@ -183,6 +202,15 @@ class GroundingModel:
         )
 
 
+def reads_claims(model: GroundingModel) -> bool:
+    """Whether the model gives claim support any weight (`claim_support`, plain or in the
+    long-form regime): only then is the claim head worth running."""
+    return any(
+        c != 0.0 and name.split(":")[0] == CLAIM_SUPPORT
+        for name, c in zip(model.features, model.coefficients, strict=True)
+    )
+
+
 def score_grounding(
     model: GroundingModel,
     question: str,
@@ -190,20 +218,24 @@ def score_grounding(
     response: str,
     sgi: SGIResult,
     task: str | None = None,
+    claim: ClaimSupport | None = None,
 ) -> GroundingScore:
     """Combine one response's SGI and support into P(grounded); a flagged SGI stays flagged.
 
     An answer outside the model's fitted domain keeps its probability but is flagged with
     the reason (`GroundingScore.out_of_range`), so it escalates instead of being accepted
     or rejected on a model that never saw its like. `task` is the candidate's task kind,
-    when it names one.
+    when it names one; `claim` the claim head's reading of the response, kept on the score
+    so the decision record can name the weakest claim.
     """
-    features = grounding_features(question, context, response, sgi)
+    features = grounding_features(question, context, response, sgi, claim)
     if sgi.flagged:
-        return GroundingScore(0.0, sgi, features, flagged=True, flag_reason=sgi.flag_reason)
+        return GroundingScore(
+            0.0, sgi, features, flagged=True, flag_reason=sgi.flag_reason, claim=claim
+        )
     p = model.probability(features)
     if model.domain is None:
-        return GroundingScore(p, sgi, features)
+        return GroundingScore(p, sgi, features, claim=claim)
     shape = shape_inputs(response, sgi.context_windows, bool(context))
     reason = model.domain.outside({**features, **shape}, task)
-    return GroundingScore(p, sgi, features, flagged=bool(reason), flag_reason=reason)
+    return GroundingScore(p, sgi, features, flagged=bool(reason), flag_reason=reason, claim=claim)

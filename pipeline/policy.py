@@ -26,7 +26,7 @@ from pipeline.judge import JudgeConfig
 from pipeline.routing import Mode, RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
-from pipeline.thresholds import Thresholds
+from pipeline.thresholds import LONG_CUTS, Thresholds
 from pipeline.validation import real
 
 DEFAULT_POLICY_PATH = Path(__file__).parent / "data" / "default_policy.toml"
@@ -179,10 +179,14 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
 
 
 def _thresholds(table: Mapping[str, Any], prefix: str, base: Thresholds) -> Thresholds:
-    """The cuts of a `thresholds` table; a cut it leaves out is `base`'s."""
-    return Thresholds(
-        *(real(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__)
-    )
+    """The cuts of a `thresholds` table; a cut it leaves out is `base`'s, but a table that
+    sets a short-answer grounding cut and not its long-form twin sets both (a policy
+    written before long-form cuts existed keeps one cut for every answer)."""
+    values = {name: real(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__}
+    for long, short in LONG_CUTS.items():
+        if long not in table and short in table:
+            values[long] = values[short]
+    return Thresholds(**values)
 
 
 POLICY_ENV = "GROUNDSTREAM_POLICY"

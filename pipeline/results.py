@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pipeline.claims import ClaimSupport
 
 Method = Literal["sgi", "dgi"]
 
@@ -62,6 +65,9 @@ class GroundingScore:
     method: str = "grounding"
     flagged: bool = False
     flag_reason: str = ""
+    claim: ClaimSupport | None = field(default=None, compare=False)
+    """The claim head's reading (weakest claim, its best window and score), when measured;
+    evidence for the decision record, not part of the score's wire form."""
 
     @property
     def out_of_range(self) -> str:

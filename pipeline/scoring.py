@@ -1,17 +1,20 @@
 """The geometry stage's score for a batch of answers: one function for the workers and the
 library alike, so `pipeline.score_candidate` and the stage cannot drift apart.
 
-With a context an answer gets SGI, combined with source support into P(grounded) when a
-grounding model is given; without one it gets DGI against the reference direction μ̂, or a
-flagged DGI when there is none (fail safe: a flagged score never accepts). At most two
-encoder calls per batch. Pure: the encoder, μ̂ and the model are arguments.
+With a context an answer gets SGI of its core (`pipeline.claims.answer_core`), combined
+with source and claim support into P(grounded) when a grounding model is given; without
+one it gets DGI against the reference direction μ̂, or a flagged DGI when there is none
+(fail safe: a flagged score never accepts). Pure: the encoder, μ̂ and the model are arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from pipeline.grounding import GroundingModel, score_grounding
+from pipeline.claim_head import ClaimHead, assess
+from pipeline.claims import ClaimSupport, answer_core, context_statements, split_claims
+from pipeline.grounding import GroundingModel, reads_claims, score_grounding
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
 
@@ -21,31 +24,68 @@ ScoreInput = tuple[str, Sequence[str] | None, str]
 """(question, context chunks or None when there is no context, response)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One answer's measurements before any model: the text the features read (its core,
+    `answer_core`), SGI of that text, and the claim head's reading of the whole answer."""
+
+    core: str
+    sgi: SGIResult
+    claim: ClaimSupport | None
+
+
+def measure_batch(
+    items: Sequence[tuple[str, Sequence[str], str]],
+    encoder: Encoder,
+    claim_head: ClaimHead | None = None,
+) -> list[Measured]:
+    """SGI of each (question, context chunks, response)'s core, and its claim support when
+    a head is given: what the grounding model's features are computed from, the same for
+    the stage, the library, `calibrate` and the refit from reviewers' verdicts."""
+    cores = [answer_core(response, question) for question, _, response in items]
+    sgi = compute_sgi_batch(
+        [(q, chunks, core) for (q, chunks, _), core in zip(items, cores, strict=True)], encoder
+    )
+    claims: list[ClaimSupport | None] = (
+        list(claim_support_batch([(c, r) for _, c, r in items], encoder, claim_head))
+        if claim_head is not None and items
+        else [None] * len(items)
+    )
+    return [Measured(*m) for m in zip(cores, sgi, claims, strict=True)]
+
+
 def score_batch(
     items: Sequence[ScoreInput],
     encoder: Encoder,
     reference: Vector | None,
     model: GroundingModel | None = None,
     tasks: Sequence[str | None] | None = None,
+    claim_head: ClaimHead | None = None,
 ) -> list[SGIResult | DGIResult | GroundingScore]:
     """The score of every item, in order; `tasks` are the items' task kinds, when known,
-    checked against the grounding model's fitted domain."""
+    checked against the grounding model's fitted domain. When the model reads claim
+    support, `claim_head` scores each response's claims against its context with the same
+    encoder (without a head the feature is 0: unmeasured support is no support)."""
     with_ctx = [i for i, (_, chunks, _) in enumerate(items) if chunks is not None]
     without = [i for i, (_, chunks, _) in enumerate(items) if chunks is None]
     out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(items)
-    sgi = compute_sgi_batch([items[i] for i in with_ctx], encoder)  # type: ignore[misc]
-    for i, result in zip(with_ctx, sgi, strict=True):
-        question, chunks, response = items[i]
+    head = claim_head if model is not None and reads_claims(model) else None
+    measured = measure_batch(
+        [(items[i][0], tuple(items[i][1] or ()), items[i][2]) for i in with_ctx], encoder, head
+    )
+    for i, m in zip(with_ctx, measured, strict=True):
+        question, chunks, _ = items[i]
         out[i] = (
-            result
+            m.sgi
             if model is None
             else score_grounding(
                 model,
                 question,
                 tuple(chunks or ()),
-                response,
-                result,
+                m.core,
+                m.sgi,
                 None if tasks is None else tasks[i],
+                m.claim,
             )
         )
     if without:
@@ -59,3 +99,18 @@ def score_batch(
             ):
                 out[i] = result
     return out  # type: ignore[return-value]
+
+
+def claim_support_batch(
+    items: Sequence[tuple[Sequence[str], str]], encoder: Encoder, head: ClaimHead
+) -> list[ClaimSupport]:
+    """The claim head's reading of each (context chunks, response): one encoder call for
+    every claim and context statement of the batch first (the encoder caches by content,
+    so the per-response scoring that follows encodes nothing again)."""
+    texts: dict[str, None] = {}
+    for chunks, response in items:
+        texts.update(dict.fromkeys(c.text for c in split_claims(response)))
+        texts.update(dict.fromkeys(s for chunk in context_statements(chunks) for s in chunk))
+    if texts:
+        encoder.encode(list(texts))
+    return [assess(response, chunks, encoder.encode, head) for chunks, response in items]

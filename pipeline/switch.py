@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from pipeline.check import Check, Level, Score, check
+from pipeline.check import LONG_FORM_CUT, Check, Level, Score, check
 from pipeline.errors import PolicyError
+from pipeline.grounding import LONG_FORM
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.thresholds import Thresholds
 
@@ -166,7 +167,8 @@ def _recheck(verdict: Check, thresholds: Thresholds) -> Check:
         return verdict
     if verdict.method == "grounding":
         placeholder = SGIResult(0.0, 0.0, 0.0, 0, 1)
-        return check(GroundingScore(verdict.score, placeholder, {}), thresholds)
+        long_form = float(LONG_FORM_CUT in verdict.detail)
+        return check(GroundingScore(verdict.score, placeholder, {LONG_FORM: long_form}), thresholds)
     result: SGIResult | DGIResult = (
         SGIResult(verdict.score, 0.0, 0.0, 0, 1)
         if verdict.method == "sgi"

@@ -26,9 +26,15 @@ GROUNDING_ACCEPT = 0.80
 GROUNDING_REVIEW = 0.50
 """Calibrated P(grounded) below this: on_reject; between the two: escalate."""
 
-ACCEPT_CUTS = frozenset({"sgi_strong_pass", "grounding_accept"})
+ACCEPT_CUTS = frozenset({"sgi_strong_pass", "grounding_accept", "grounding_accept_long"})
 """The auto-accept cuts: these alone may be infinite (`inf` in a policy), meaning accept
 nothing — what `calibrate` writes when no cut meets the accept-error bound."""
+
+LONG_CUTS = {
+    "grounding_accept_long": "grounding_accept",
+    "grounding_review_long": "grounding_review",
+}
+"""Each long-form cut and the short cut it defaults to."""
 
 SGI_DEGENERATE = 10.0
 """Sentinel SGI when θ(r, c) ≈ 0: the response is the context, maximally grounded."""
@@ -43,15 +49,18 @@ class Thresholds:
     dgi_pass: float = DGI_PASS
     grounding_accept: float = GROUNDING_ACCEPT
     grounding_review: float = GROUNDING_REVIEW
+    grounding_accept_long: float | None = None
+    grounding_review_long: float | None = None
+    """The P(grounded) cuts for long-form answers (several sentences, or a source longer
+    than one encoder window): a one-sentence answer to a passage and a summary of a long
+    document are different populations, and one cut over both lets the easy one subsidise
+    the other's errors. None (the default) means the same cuts as short answers."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "sgi_strong_pass",
-            "sgi_review",
-            "dgi_pass",
-            "grounding_accept",
-            "grounding_review",
-        ):
+        for name, short in LONG_CUTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(self, short))
+        for name in self.__slots__:
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -68,13 +77,23 @@ class Thresholds:
             )
         if not -1.0 <= self.dgi_pass <= 1.0:
             raise PolicyError("thresholds.dgi_pass", self.dgi_pass, "a cosine in [-1, 1]")
-        accept = self.grounding_accept
-        if not 0.0 <= self.grounding_review <= accept or not (accept <= 1.0 or accept == math.inf):
-            raise PolicyError(
-                "thresholds.grounding_review",
-                self.grounding_review,
-                f"a probability <= thresholds.grounding_accept ({accept}, a probability or inf)",
-            )
+        for accept_name, review_name in (
+            ("grounding_accept", "grounding_review"),
+            ("grounding_accept_long", "grounding_review_long"),
+        ):
+            accept, review = getattr(self, accept_name), getattr(self, review_name)
+            if not 0.0 <= review <= accept or not (accept <= 1.0 or accept == math.inf):
+                raise PolicyError(
+                    f"thresholds.{review_name}",
+                    review,
+                    f"a probability <= thresholds.{accept_name} ({accept}, a probability or inf)",
+                )
+
+    def grounding_cuts(self, long_form: bool) -> tuple[float, float]:
+        """(accept, review) for P(grounded) of a short or a long-form answer."""
+        if long_form:
+            return self.grounding_accept_long, self.grounding_review_long  # type: ignore[return-value]
+        return self.grounding_accept, self.grounding_review
 
     @classmethod
     def seed(cls) -> Thresholds:

@@ -18,7 +18,7 @@ from pipeline.domain import Domain
 from pipeline.errors import ScoringError
 from pipeline.fit.calibrate import strong_pass_cut
 from pipeline.fit.metrics import auroc, youden_threshold
-from pipeline.grounding import FEATURES, GroundingModel
+from pipeline.grounding import FEATURES, LONG_FORM, GroundingModel
 
 
 def fit_logistic(
@@ -60,11 +60,45 @@ def fit_logistic(
 
 @dataclass(frozen=True, slots=True)
 class GroundingFit:
-    """A fitted model with its two cuts (accept / review) and how they were chosen."""
+    """A fitted model with its cuts (accept / review, for short and for long-form answers)."""
 
     model: GroundingModel
     accept: float
     review: float
+    accept_long: float
+    review_long: float
+
+
+Cuts = tuple[float, float, bool]
+"""(accept, review, accepts-nothing), as `fit_cuts` returns them."""
+
+REGIME_MIN = 40
+"""A regime (short or long-form answers) with fewer fitted examples than this, or with one
+label only, takes the cuts fitted on all examples instead of its own."""
+
+
+def long_rows(x: np.ndarray) -> np.ndarray:
+    """Which feature rows (in `FEATURES` order) are long-form answers."""
+    return np.asarray(x)[:, FEATURES.index(LONG_FORM)] > 0.5
+
+
+def regime_cuts(
+    p: np.ndarray, y: np.ndarray, long: np.ndarray, max_accept_error: float
+) -> tuple[Cuts, Cuts]:
+    """The cuts of short and of long-form answers, each fitted on its own examples: a
+    one-sentence answer to a passage and a summary of a long source are different
+    populations, and one cut over both lets the easy one subsidise the other's errors."""
+    pooled = fit_cuts(p, y, max_accept_error)
+    out = []
+    for mask in (~long, long):
+        enough = mask.sum() >= REGIME_MIN and y[mask].any() and (~y[mask]).any()
+        out.append(fit_cuts(p[mask], y[mask], max_accept_error) if enough else pooled)
+    return out[0], out[1]
+
+
+def accepted_by(p: np.ndarray, long: np.ndarray, cuts: tuple[Cuts, Cuts]) -> np.ndarray:
+    """Which probabilities reach their regime's accept cut."""
+    return np.asarray(p) >= np.where(long, cuts[1][0], cuts[0][0])
 
 
 def _balanced_weights(groups: np.ndarray) -> np.ndarray:
@@ -95,12 +129,11 @@ def operating_point(p: np.ndarray, y: np.ndarray, accept: float) -> tuple[float,
 
 def _fit_with_cuts(
     x: np.ndarray, y: np.ndarray, groups: np.ndarray, max_accept_error: float, l2: float
-) -> tuple[np.ndarray, float, np.ndarray, float, float, bool]:
-    """Coefficients, intercept, fitted probabilities, review cut, accept cut, accepts-nothing."""
+) -> tuple[np.ndarray, float, np.ndarray, tuple[Cuts, Cuts]]:
+    """Coefficients, intercept, fitted probabilities, and the (short, long-form) cuts."""
     coefficients, intercept = fit_logistic(x, y, _balanced_weights(groups), l2)
     p = _probability(x, coefficients, intercept)
-    accept, review, nothing = fit_cuts(p, y, max_accept_error)
-    return coefficients, intercept, p, review, accept, nothing
+    return coefficients, intercept, p, regime_cuts(p, y, long_rows(x), max_accept_error)
 
 
 def _fold_of(key: str, folds: int) -> int:
@@ -138,11 +171,11 @@ def cross_validate(
         test, train = fold == k, fold != k
         if not test.any() or len(np.unique(y[train])) < 2:
             continue
-        coefficients, intercept, _, _, accept, _ = _fit_with_cuts(
+        coefficients, intercept, _, cuts = _fit_with_cuts(
             x[train], y[train], groups[train], max_accept_error, l2
         )
         p[test] = _probability(x[test], coefficients, intercept)
-        accepted[test] = p[test] >= accept
+        accepted[test] = accepted_by(p[test], long_rows(x[test]), cuts)
     metrics: dict[str, float] = {"cv_folds": float(folds)}
     for g in np.unique(groups):
         mask = groups == g
@@ -178,13 +211,13 @@ def fit_grounding(
     y = np.asarray(labels, dtype=bool)
     x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
     group = np.asarray(groups)
-    coefficients, intercept, p, review, accept, nothing = _fit_with_cuts(
-        x, y, group, max_accept_error, l2
-    )
+    coefficients, intercept, p, cuts = _fit_with_cuts(x, y, group, max_accept_error, l2)
+    (accept, review, nothing), (accept_long, review_long, nothing_long) = cuts
+    accepted = accepted_by(p, long_rows(x), cuts)
     metrics: dict[str, float] = {"auroc_in_sample": auroc(p, y), "n": float(len(y))}
     for g in np.unique(group):
         mask = group == g
-        rate, error = _accept_figures(p[mask] >= accept, y[mask])
+        rate, error = _accept_figures(accepted[mask], y[mask])
         metrics[f"{g}.accept_rate_grounded"] = rate
         metrics[f"{g}.accept_error"] = error
     if contexts is not None and folds > 1:
@@ -201,7 +234,12 @@ def fit_grounding(
         FEATURES,
         tuple(float(c) for c in coefficients),
         intercept,
-        {**metrics, "accepts_nothing": float(nothing), "max_accept_error": max_accept_error},
+        {
+            **metrics,
+            "accepts_nothing": float(nothing),
+            "accepts_nothing_long": float(nothing_long),
+            "max_accept_error": max_accept_error,
+        },
         Domain.fitted(inputs, tasks or ()),
     )
-    return GroundingFit(model, accept, review)
+    return GroundingFit(model, accept, review, accept_long, review_long)

@@ -9,7 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.check import Check, Level, check
-from pipeline.results import DGIResult, SGIResult
+from pipeline.errors import PolicyError
+from pipeline.grounding import LONG_FORM
+from pipeline.policy import _thresholds
+from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.switch import GroundingSwitch
 from pipeline.thresholds import Thresholds
 
 
@@ -152,3 +156,41 @@ class TestThresholdsAndTypes:
         rank = {Level.RISK: 0, Level.REVIEW: 1, Level.OK: 2}
         low, high = sorted((a, b))
         assert rank[check(sgi(low)).level] <= rank[check(sgi(high)).level]
+
+
+class TestLongFormCuts:
+    """Short and long-form answers are judged by their own P(grounded) cuts."""
+
+    T = Thresholds(
+        grounding_accept=0.9,
+        grounding_review=0.5,
+        grounding_accept_long=0.7,
+        grounding_review_long=0.3,
+    )
+
+    @staticmethod
+    def score(p: float, long_form: bool) -> GroundingScore:
+        return GroundingScore(p, SGIResult(1.0, 0.5, 0.5, 1, 1), {LONG_FORM: float(long_form)})
+
+    def test_each_regime_has_its_own_cuts(self) -> None:
+        assert check(self.score(0.8, long_form=True), self.T).level is Level.OK
+        assert check(self.score(0.8, long_form=False), self.T).level is Level.REVIEW
+        assert check(self.score(0.4, long_form=True), self.T).level is Level.REVIEW
+        assert check(self.score(0.4, long_form=False), self.T).level is Level.RISK
+
+    def test_a_switch_rechecking_a_record_applies_the_same_regime(self) -> None:
+        verdict = check(self.score(0.8, long_form=True), self.T)
+        assert "long-form" in verdict.detail
+        assert GroundingSwitch.from_thresholds(self.T).decide(verdict).action.value == "accept"
+
+    def test_without_long_cuts_both_regimes_share_one_pair(self) -> None:
+        t = Thresholds(grounding_accept=0.9, grounding_review=0.5)
+        assert t.grounding_cuts(True) == t.grounding_cuts(False) == (0.9, 0.5)
+
+    def test_a_policy_table_with_short_cuts_only_applies_them_to_long_answers(self) -> None:
+        t = _thresholds({"grounding_accept": 0.95, "grounding_review": 0.6}, "t", Thresholds())
+        assert t.grounding_cuts(True) == (0.95, 0.6)
+
+    def test_an_inverted_long_pair_is_refused(self) -> None:
+        with pytest.raises(PolicyError, match="grounding_review_long"):
+            Thresholds(grounding_accept_long=0.4, grounding_review_long=0.6)

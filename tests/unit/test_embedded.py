@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from pipeline.claims import answer_core
 from pipeline.policy import parse_policy
 from pipeline.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
 from tests.fixtures.fakes import FakeEncoder
@@ -137,7 +138,8 @@ class TestLadder:
         await run(STANDARD, ctx)
         geometry_call, consistency_call = encoder.calls
         assert len(geometry_call) == len(set(geometry_call))
-        assert set(geometry_call) == {QUESTION, CONTEXT, R_ACCEPT, R_REJECT, R_MIDDLE, R_SAMPLED}
+        cores = {answer_core(r, QUESTION) for r in (R_ACCEPT, R_REJECT, R_MIDDLE, R_SAMPLED)}
+        assert set(geometry_call) == {QUESTION, CONTEXT, *cores}  # SGI reads answers' cores
         assert consistency_call == [R_SAMPLED, *SAMPLES]
 
     async def test_state_messages_carry_the_candidate(self):

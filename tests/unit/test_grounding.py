@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead
+from pipeline.claims import ClaimSupport, answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.grounding import fit_grounding, fit_logistic
 from pipeline.fit.metrics import auroc
 from pipeline.grounding import (
     BASE_FEATURES,
+    CLAIM_SUPPORT,
     FEATURES,
     LONG_FORM,
     GroundingModel,
@@ -17,6 +20,7 @@ from pipeline.grounding import (
     score_grounding,
 )
 from pipeline.results import SGIResult
+from pipeline.scoring import score_batch
 
 SOURCE = (
     "Porto lies on the Douro river. The old town climbs the northern bank. "
@@ -66,6 +70,29 @@ class TestFeatures:
         f = features("Yes. Porto ferries stop at midnight. Lisbon exports cork.")
         assert f["weak_sentence_share"] == pytest.approx(1 / 2)
         assert f["local_weak_share"] == pytest.approx(1 / 2)
+
+    def test_claim_support_is_the_weakest_claims_score(self) -> None:
+        claim = ClaimSupport(0.27, None, None, (), ())
+        got = grounding_features("Tell me about Porto.", (SOURCE,), "Trams cross.", sgi(), claim)
+        assert got[CLAIM_SUPPORT] == 0.27
+        assert features("Trams cross.")[CLAIM_SUPPORT] == 0.0  # unmeasured is no support
+
+    @pytest.mark.parametrize(
+        ("question", "answer"),
+        [
+            ("Tell me about Porto.", "Based on the passage, trams cross the upper deck."),
+            ("Tell me about Porto.", "According to the context, trams cross the upper deck."),
+            ("What crosses the upper deck?", "The upper deck is crossed by trams."),
+            ("What crosses the upper deck?", "It's trams."),
+        ],
+    )
+    def test_features_read_the_answers_core_not_its_wrapper(self, question, answer) -> None:
+        # What the features read is what the answer adds to the question: an assistant's
+        # wrapper and the question restated are not part of it.
+        core = answer_core(answer, question)
+        assert "trams" in core.lower() and "passage" not in core and "context" not in core
+        bare = "Trams cross the upper deck." if question.startswith("Tell") else "trams"
+        assert features(core) == features(answer_core(bare, question))
 
     def test_local_weakness_is_not_plain_weakness(self) -> None:
         f = features("Douro ferries. Douro trams cross the bridge.")
@@ -175,3 +202,48 @@ class TestModel:
         assert supported.value == pytest.approx(1 / (1 + np.exp(-1.0)))
         assert unsupported.value == pytest.approx(0.5)
         assert auroc(np.array([supported.value, unsupported.value]), np.array([True, False])) == 1.0
+
+
+class _HashEncoder:
+    """Deterministic stand-in for the sentence encoder: a hash-seeded unit row per text."""
+
+    def encode(self, texts):
+        rows = []
+        for text in texts:
+            v = np.random.default_rng(sum(map(ord, text))).standard_normal(8)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows).reshape(len(texts), 8)
+
+    def windows(self, text: str) -> list[str]:
+        return [text]
+
+
+class TestClaimSupportInTheScore:
+    """score_batch runs the claim head when the model reads claim support."""
+
+    MODEL = GroundingModel(
+        FEATURES, tuple(8.0 if f == CLAIM_SUPPORT else 0.0 for f in FEATURES), -4.0
+    )
+
+    def head(self):
+        width = len(LEXICAL_FEATURES)
+        w = np.zeros((width, 1), dtype=np.float32)
+        w[LEXICAL_FEATURES.index("window_coverage"), 0] = 20.0
+        return ClaimHead(
+            np.zeros(width, np.float32), np.ones(width, np.float32), ((w, np.array([-10.0])),)
+        )
+
+    def test_the_unsupported_claim_is_named_and_lowers_the_probability(self) -> None:
+        items = [
+            ("Tell me about Porto.", (SOURCE,), "Trams cross the upper deck of the bridge."),
+            ("Tell me about Porto.", (SOURCE,), "Trams cross the bridge. Buses climb to Braga."),
+        ]
+        good, bad = score_batch(items, _HashEncoder(), None, self.MODEL, None, self.head())
+        assert good.value > 0.9 > 0.1 > bad.value
+        assert bad.claim is not None and bad.claim.weakest is not None
+        assert "Braga" in bad.claim.weakest.text
+
+    def test_without_a_head_claim_support_counts_as_none(self) -> None:
+        items = [("Tell me about Porto.", (SOURCE,), "Trams cross the upper deck of the bridge.")]
+        (got,) = score_batch(items, _HashEncoder(), None, self.MODEL)
+        assert got.features[CLAIM_SUPPORT] == 0.0 and got.claim is None

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import pipeline
-from pipeline.claim_head import ClaimHead, assess, pair_features
+from pipeline.claim_head import ClaimHead, assess, pair_features, read_head
 from pipeline.claims import ClaimSupport, context_statements
 from pipeline.support import measure_support
 
@@ -33,14 +33,7 @@ def load_head(directory: str | Path = DEFAULT_HEAD_DIR) -> ClaimHead:
     path = Path(directory) / "head.npz"
     if not path.is_file():
         raise FileNotFoundError(f"claim-support head not found: {path}")
-    with np.load(path) as saved:
-        n = sum(1 for name in saved.files if name.startswith("w"))
-        layers = tuple(
-            (saved[f"w{i}"].astype(np.float32), saved[f"b{i}"].astype(np.float32)) for i in range(n)
-        )
-        return ClaimHead(
-            saved["mean"].astype(np.float32), saved["scale"].astype(np.float32), layers
-        )
+    return read_head(path)
 
 
 def head_metadata(directory: str | Path = DEFAULT_HEAD_DIR) -> dict:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tomli_w
 
+from pipeline.defaults import default_claim_head
 from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
 from pipeline.errors import PolicyError
@@ -34,7 +35,8 @@ from pipeline.fit.grounding import GroundingFit, fit_grounding
 from pipeline.grounding import FEATURES, grounding_features
 from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL
-from pipeline.scores import compute_dgi_batch, compute_sgi_batch, mean_embedding
+from pipeline.scores import compute_dgi_batch, mean_embedding
+from pipeline.scoring import measure_batch
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]
@@ -118,13 +120,17 @@ def fit_examples(
     `--from-decisions`."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
-    sgi = _in_batches(
+    head = default_claim_head()
+    measured = _in_batches(
         with_ctx,
         64,
-        lambda b: compute_sgi_batch([(e.question, e.context, e.response) for e in b], encoder),
+        lambda b: measure_batch(
+            [(e.question, e.context or (), e.response) for e in b], encoder, head
+        ),
         progress,
-        "sgi",
+        "sgi and claims",
     )
+    sgi = [m.sgi for m in measured]
     dgi = []
     if without and mu is not None:
         dgi = _in_batches(
@@ -142,8 +148,8 @@ def fit_examples(
     grounding = None
     if with_ctx:
         rows = [
-            grounding_features(e.question, e.context or (), e.response, r)
-            for r, e in zip(sgi, with_ctx, strict=True)
+            grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim)
+            for m, e in zip(measured, with_ctx, strict=True)
         ]
         grounding = fit_grounding(
             rows,
@@ -151,13 +157,20 @@ def fit_examples(
             [e.group for e in with_ctx],
             contexts=["\n".join(e.context or ()) for e in with_ctx],
             max_accept_error=max_accept_error,
-            shapes=[
-                shape_inputs(e.response, r.context_windows, True)
-                for r, e in zip(sgi, with_ctx, strict=True)
-            ],
+            shapes=[shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
             tasks=[e.task for e in with_ctx],
         )
     return fit, grounding
+
+
+def grounding_cut_table(grounding: GroundingFit) -> dict[str, float]:
+    """A grounding fit's four cuts, as a policy's `thresholds` table names them."""
+    return {
+        "grounding_accept": grounding.accept,
+        "grounding_review": grounding.review,
+        "grounding_accept_long": grounding.accept_long,
+        "grounding_review_long": grounding.review_long,
+    }
 
 
 def fitted_sections(fit: FitResult, grounding: GroundingFit | None) -> dict[str, Any]:
@@ -170,8 +183,7 @@ def fitted_sections(fit: FitResult, grounding: GroundingFit | None) -> dict[str,
         thresholds["dgi_pass"] = fit.dgi_pass
     out: dict[str, Any] = {"thresholds": thresholds}
     if grounding is not None:
-        thresholds["grounding_accept"] = grounding.accept
-        thresholds["grounding_review"] = grounding.review
+        thresholds.update(grounding_cut_table(grounding))
         out["grounding"] = {
             **grounding.model.to_dict(),
             "metrics": _clean(dict(grounding.model.metrics)),

@@ -26,16 +26,23 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.defaults import default_claim_head
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
-from pipeline.fit.grounding import fit_cuts, operating_point
-from pipeline.grounding import GroundingModel, grounding_features
+from pipeline.fit.grounding import operating_point, regime_cuts
+from pipeline.grounding import LONG_FORM, GroundingModel, grounding_features
 from pipeline.policy import load_policy
-from pipeline.scores import compute_sgi_batch
+from pipeline.scoring import measure_batch
 from pipeline.thresholds import Thresholds
 from topics.codec import loads
 from topics.names import Topic
-from workers.eval.calibration import Example, fit_examples, fitted_sections, write_fit
+from workers.eval.calibration import (
+    Example,
+    fit_examples,
+    fitted_sections,
+    grounding_cut_table,
+    write_fit,
+)
 from workers.runtime.settings import Settings
 from workers.stages.review import REVIEW_STAGE, read_all
 
@@ -180,8 +187,12 @@ def refit(
     encoder: Any,
 ) -> Refit:
     """Refit a route's cuts (and, with enough verdicts, its model) on reviewed examples."""
-    sgi = compute_sgi_batch([(e.question, e.context, e.response) for e in examples], encoder)
-    kept = [(e, r) for e, r in zip(examples, sgi, strict=True) if not r.flagged]
+    measured = measure_batch(
+        [(e.question, e.context or (), e.response) for e in examples],
+        encoder,
+        default_claim_head(),
+    )
+    kept = [(e, m) for e, m in zip(examples, measured, strict=True) if not m.sgi.flagged]
     y = np.array([e.grounded for e, _ in kept], dtype=bool)
     n_accepted = int(y.sum())
     if len(kept) < MIN_LABELS_FOR_CUTS or n_accepted in (0, len(kept)):
@@ -189,8 +200,11 @@ def refit(
             f"{len(kept)} usable verdicts ({n_accepted} accept): refitting needs at least "
             f"{MIN_LABELS_FOR_CUTS}, with both accepts and rejects"
         )
-    rows = [grounding_features(e.question, e.context or (), e.response, r) for e, r in kept]
+    rows = [
+        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim) for e, m in kept
+    ]
     p_before = np.array([model.probability(row) for row in rows])
+    long = np.array([bool(row[LONG_FORM]) for row in rows], dtype=bool)
     enough = (
         len(kept) >= MIN_LABELS_FOR_MODEL
         and min(n_accepted, len(kept) - n_accepted) >= MIN_PER_LABEL_FOR_MODEL
@@ -201,30 +215,37 @@ def refit(
         )
         if grounding is None:  # every example has a context, so there is a model
             raise ScoringError("no grounding model was fitted on the verdicts")
-        sections = {
-            "thresholds": {
-                "grounding_accept": grounding.accept,
-                "grounding_review": grounding.review,
-            },
-            "grounding": fitted_sections(fit, grounding)["grounding"],
-        }
+        sections = fitted_sections(fit, grounding)
+        sections["thresholds"] = grounding_cut_table(grounding)
         p_after = np.array([grounding.model.probability(row) for row in rows])
-        accept, review = grounding.accept, grounding.review
+        after = Thresholds(**(thresholds.to_dict() | sections["thresholds"]))
     else:
-        accept, review, _ = fit_cuts(p_before, y, max_accept_error)
-        sections = {"thresholds": {"grounding_accept": accept, "grounding_review": review}}
+        short, long_cuts = regime_cuts(p_before, y, long, max_accept_error)
+        cuts = {
+            "grounding_accept": short[0],
+            "grounding_review": short[1],
+            "grounding_accept_long": long_cuts[0],
+            "grounding_review_long": long_cuts[1],
+        }
+        sections = {"thresholds": cuts}
         p_after = p_before
+        after = Thresholds(**(thresholds.to_dict() | cuts))
     return Refit(
         route=route,
         n=len(kept),
         n_accepted=n_accepted,
         model_refitted=enough,
         cuts_before=(thresholds.grounding_accept, thresholds.grounding_review),
-        cuts_after=(accept, review),
-        before=operating_point(p_before, y, thresholds.grounding_accept),
-        after=operating_point(p_after, y, accept),
+        cuts_after=(after.grounding_accept, after.grounding_review),
+        before=operating_point(p_before, y, _accept_cut_per_row(thresholds, long)),
+        after=operating_point(p_after, y, _accept_cut_per_row(after, long)),
         sections=sections,
     )
+
+
+def _accept_cut_per_row(thresholds: Thresholds, long: np.ndarray) -> np.ndarray:
+    """Each example's accept cut: the long-form one for long-form answers."""
+    return np.where(long, thresholds.grounding_accept_long, thresholds.grounding_accept)
 
 
 async def read_labels(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.check import check
+from pipeline.claims import ClaimSupport
 from pipeline.domain import task_of
 from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
@@ -20,6 +21,7 @@ from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scoring import score_batch
 from topics.names import Topic
 from topics.schema import Envelope, GeometryPayload, MalformedMessage, parse_candidate
+from workers.clients.claims import load_head
 from workers.clients.encoder import stage_encoder
 from workers.stages.common import evidence_context, evidence_only, expire, hold_for_review
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
@@ -112,6 +114,8 @@ class GeometryStage:
                 evidence["features"] = dict(scored.features)
                 if scored.out_of_range:
                     evidence["out_of_range"] = scored.out_of_range
+                if scored.claim is not None and scored.claim.weakest is not None:
+                    evidence["weakest_claim"] = _weakest(scored.claim)
             emits += conclude(
                 ctx,
                 env,
@@ -150,10 +154,23 @@ def _score_by_route(
             reference,
             policy.grounding_for(route),
             [task_of(c.metadata) for c in candidates],
+            load_head(),
         )
         for i, result in zip(indices, scored, strict=True):
             out[i] = result
     return out  # type: ignore[return-value]
+
+
+def _weakest(claim: ClaimSupport) -> dict[str, Any]:
+    """The claim the context backs least, the passage that backs it best and the head's
+    score: what a reviewer reads to see which sentence failed."""
+    weakest, window = claim.weakest, claim.window
+    return {
+        "claim": weakest.text if weakest else "",
+        "window": window.text if window else "",
+        "score": claim.score,
+        "claims": len(claim.claims),
+    }
 
 
 def _header(item: Inbound, name: str) -> str | None:
