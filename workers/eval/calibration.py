@@ -41,10 +41,11 @@ from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]
 
-FIT_PROCEDURE = 2
+FIT_PROCEDURE = 3
 """Bumped when `calibrate` writes something else for the same data and options, so the
 policy's version names the procedure too (2: an accept cut that nothing meets is inf, and
-the grounding model records its fitted domain)."""
+the grounding model records its fitted domain; 3: features read the answer's core, claim
+support is one, and short and long-form answers get their own cuts)."""
 
 
 @dataclass(frozen=True, slots=True)
