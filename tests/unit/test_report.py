@@ -110,6 +110,19 @@ class TestSummarize:
         assert m["escalation_rate"] == pytest.approx(3 / 7)
         assert m["throughput_per_second"] == pytest.approx(3.5)
 
+    def test_state_figures_per_task_kind(self) -> None:
+        records, labels, lengths = build()
+        # QA holds every answer that reached state (g1, g2, g4 right; u1 wrong), Summary
+        # the rest: the figures must follow the kind, not the whole file.
+        tasks = {c[0]: ("QA" if c[5] == "state" else "Summary") for c in CASES}
+        m = summarize(records, labels, lengths, elapsed_seconds=2.0, tasks=tasks)
+        qa, summary = m["by_task"]["QA"], m["by_task"]["Summary"]
+        assert (qa["n"], summary["n"]) == (4, 3)
+        assert qa["grounded_to_state"] == 1.0 and summary["grounded_to_state"] == 0.0
+        assert qa["state_ungrounded_share"] == pytest.approx(1 / 4)
+        assert summary["state_ungrounded_share"] is None  # nothing of it reached state
+        assert summarize(records, labels, lengths, elapsed_seconds=2.0)["by_task"] == {}
+
     def test_aurocs_from_geometry_records(self) -> None:
         records, labels, lengths = build()
         m = summarize(records, labels, lengths, elapsed_seconds=1.0)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.domain import task_of
 from pipeline.fit.claims_data import rephrase_as_assistant
 from pipeline.policy import Policy
 from workers.eval.datasets import load_labelled
@@ -39,7 +40,8 @@ def evaluate(
         [i.candidate for i in items], settings, policy, progress, label=f"eval {data.name}"
     )
     elapsed = time.perf_counter() - started
-    metrics = summarize(result.records, labels, lengths, elapsed)
+    tasks = {i.id: task for i in items if (task := task_of(i.candidate.get("metadata")))}
+    metrics = summarize(result.records, labels, lengths, elapsed, tasks)
     metrics["data"] = data.name
     metrics["policy_version"] = policy.version
     metrics["phrasing"] = phrasing

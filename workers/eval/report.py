@@ -213,6 +213,7 @@ def summarize(
     labels: Mapping[str, bool],
     lengths: Mapping[str, int],
     elapsed_seconds: float,
+    tasks: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Evaluation figures of one run; see the module docstring for each key.
 
@@ -222,6 +223,8 @@ def summarize(
         lengths: candidate id → response length (characters); missing ids are left out
             of the length-matched figures only.
         elapsed_seconds: wall time of the run, for throughput.
+        tasks: candidate id → task kind (`metadata.task`: QA, Summary, Data2txt), when the
+            data names one; the state figures are then also given per kind (`by_task`).
     """
     found, unlabelled = _collect(records, labels)
     done = {cid: c for cid, c in found.items() if c.outcome is not None}
@@ -279,6 +282,20 @@ def summarize(
         ),
     )
     metrics.update(_length_matched_state(in_state, grounded, lens))
+    kinds = np.array([(tasks or {}).get(i, "") for i in ids])
+    metrics["by_task"] = {
+        str(kind): {
+            "n": int(mask.sum()),
+            "grounded_to_state": _share(
+                int((in_state & grounded & mask).sum()), int((grounded & mask).sum())
+            ),
+            "state_ungrounded_share": _share(
+                int((in_state & ~grounded & mask).sum()), int((in_state & mask).sum())
+            ),
+        }
+        for kind in sorted(set(kinds) - {""})
+        for mask in [kinds == kind]
+    }
     metrics["elapsed_seconds"] = float(elapsed_seconds)
     metrics["throughput_per_second"] = n / elapsed_seconds if elapsed_seconds > 0 else None
     return metrics

@@ -36,6 +36,11 @@ def render_summary(m: dict[str, Any]) -> str:
         f"   of grounded {_pct(m.get('grounded_out_of_range_share'))}",
         f"throughput                        {m.get('throughput_per_second') or 0:.1f} candidates/s",
     ]
+    for kind, f in m.get("by_task", {}).items():
+        lines.append(
+            f"  task {kind:<10} n={f['n']:<5} grounded to state {_pct(f['grounded_to_state'])}"
+            f"   ungrounded share of state {_pct(f['state_ungrounded_share'])}"
+        )
     for label, counts in m.get("outcomes", {}).items():
         mix = ", ".join(f"{topic}={n}" for topic, n in counts.items() if n)
         lines.append(f"{label:>11}: {mix}")
