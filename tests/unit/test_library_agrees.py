@@ -28,6 +28,10 @@ def grounding(probability: float) -> GroundingScore:
     return GroundingScore(probability, sgi(1.0), {})
 
 
+BETWEEN = 0.51
+"""A short answer's P(grounded) between the seed's review cut (0.50) and the shipped one."""
+
+
 @pytest.fixture(scope="module")
 def shipped() -> Thresholds:
     return pipeline.default_policy().thresholds
@@ -37,7 +41,7 @@ class TestDefaults:
     def test_the_shipped_cuts_are_not_the_seeds(self, shipped: Thresholds) -> None:
         # Otherwise the tests below could not tell the two defaults apart.
         assert shipped.sgi_strong_pass > 2.0 > SGI_STRONG_PASS
-        assert shipped.grounding_review > 0.55 > Thresholds.seed().grounding_review
+        assert shipped.grounding_review > BETWEEN > Thresholds.seed().grounding_review
 
     def test_switch_takes_the_policys_cuts(self, shipped: Thresholds) -> None:
         assert pipeline.GroundingSwitch().thresholds == shipped
@@ -56,13 +60,13 @@ class TestDefaults:
         assert core_switch.GroundingSwitch().decide(sgi(2.0)).action is pipeline.SwitchAction.ACCEPT
 
     def test_p_grounded_between_the_review_cuts(self) -> None:
-        # 0.55: below the shipped review cut (on_reject), above the seed's (escalate).
-        assert pipeline.check(grounding(0.55)).level is pipeline.Level.RISK
-        assert core_check(grounding(0.55)).level is pipeline.Level.REVIEW
-        assert pipeline.GroundingSwitch().decide(grounding(0.55)).action == "fallback"
+        # Below the shipped review cut (on_reject), above the seed's (escalate).
+        assert pipeline.check(grounding(BETWEEN)).level is pipeline.Level.RISK
+        assert core_check(grounding(BETWEEN)).level is pipeline.Level.REVIEW
+        assert pipeline.GroundingSwitch().decide(grounding(BETWEEN)).action == "fallback"
 
     def test_check_and_switch_agree(self) -> None:
-        for score in (sgi(0.5), sgi(2.0), sgi(5.0), grounding(0.55), grounding(0.9)):
+        for score in (sgi(0.5), sgi(2.0), sgi(5.0), grounding(BETWEEN), grounding(0.9)):
             assert pipeline.GroundingSwitch().decide(score).check == pipeline.check(score)
 
     def test_the_seeds_cuts_stay_available_by_name(self) -> None:
