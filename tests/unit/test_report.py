@@ -32,7 +32,10 @@ def run_records(
         "method": method,
     }
     if probability is not None:
-        geometry["evidence"] = {"grounding_probability": probability}
+        geometry["evidence"] = {
+            "grounding_probability": probability,
+            "weakest_claim": {"claim": "c", "window": "w", "score": probability / 2},
+        }
     return [
         geometry,
         {
@@ -122,6 +125,14 @@ class TestSummarize:
         assert qa["state_ungrounded_share"] == pytest.approx(1 / 4)
         assert summary["state_ungrounded_share"] is None  # nothing of it reached state
         assert summarize(records, labels, lengths, elapsed_seconds=2.0)["by_task"] == {}
+
+    def test_weakest_claim_support_is_scored_like_the_others(self) -> None:
+        records, labels, lengths = build()
+        m = summarize(records, labels, lengths, elapsed_seconds=1.0)
+        # Half the probability in every fixture: the same ranking, so the same AUROC.
+        assert m["n_claim_support"] == 7
+        assert m["auroc_claim_support"] == m["auroc_grounding_probability"]
+        assert summarize(*build(with_probability=False), 1.0)["n_claim_support"] == 0
 
     def test_aurocs_from_geometry_records(self) -> None:
         records, labels, lengths = build()
@@ -236,11 +247,12 @@ class TestWriteReport:
             assert path.stat().st_size > 0
             if path.suffix == ".png":
                 assert path.read_bytes()[:8] == PNG_MAGIC
-        # One histogram panel per score: SGI, DGI, and P(grounded) where there is a model.
+        # One histogram panel per score: SGI, DGI, and P(grounded) and the weakest claim's
+        # support where there is a model.
         png = (out / "score_hist.png").read_bytes()
         width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
         panels = round(width / height * 4.5 / 6)
-        assert panels == (3 if with_probability else 2)
+        assert panels == (4 if with_probability else 2)
         written = json.loads((out / "metrics.json").read_text())
         assert written["n"] == 7
         assert written["outcomes"]["grounded"]["state"] == 3

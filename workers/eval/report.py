@@ -90,6 +90,8 @@ class _Candidate:
     method: str | None = None
     score: float | None = None
     grounding_probability: float | None = None
+    claim_support: float | None = None
+    """The claim head's score of the weakest claim (`evidence.weakest_claim.score`)."""
     out_of_range: bool = False
     judge_calls: int = 0
     stages: list[str] = field(default_factory=list)
@@ -137,6 +139,9 @@ def _collect(
             if isinstance(evidence, Mapping):
                 cand.grounding_probability = _finite(evidence.get("grounding_probability"))
                 cand.out_of_range = bool(evidence.get("out_of_range"))
+                weakest = evidence.get("weakest_claim")
+                if isinstance(weakest, Mapping):
+                    cand.claim_support = _finite(weakest.get("score"))
     return found, unlabelled
 
 
@@ -268,6 +273,12 @@ def summarize(
         if c.grounding_probability is not None
     ]
     metrics.update(_score_metrics("grounding_probability", probs, probability=True))
+    claims = [
+        (c.claim_support, c.grounded, length_of[cid])
+        for cid, c in done.items()
+        if c.claim_support is not None
+    ]
+    metrics.update(_score_metrics("claim_support", claims))
 
     n_state = int(in_state.sum())
     metrics.update(
@@ -319,12 +330,14 @@ def _labelled_values(
 
 
 def _series(found: Mapping[str, _Candidate]) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """(name, values, labels) for SGI, DGI and the grounding probability, where present."""
+    """(name, values, labels) for SGI, DGI, the grounding probability and the weakest
+    claim's support, where present."""
     out = []
     for name, attr, method in (
         ("SGI", "score", "sgi"),
         ("DGI", "score", "dgi"),
         ("grounding probability", "grounding_probability", None),
+        ("weakest claim support", "claim_support", None),
     ):
         values, flags = _labelled_values(found, attr, method)
         if values.size:

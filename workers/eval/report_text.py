@@ -13,7 +13,12 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-_SCORES = (("sgi", "SGI"), ("dgi", "DGI"), ("grounding_probability", "P(grounded)"))
+_SCORES = (
+    ("sgi", "SGI"),
+    ("dgi", "DGI"),
+    ("grounding_probability", "P(grounded)"),
+    ("claim_support", "weakest claim"),
+)
 
 
 def _auroc(m: dict[str, Any], name: str, label: str) -> str:
