@@ -102,6 +102,13 @@ class Policy:
         fit = self.route_fits.get(route)
         return self.grounding if fit is None or fit.grounding is None else fit.grounding
 
+    def route_serving(self, task: str | None) -> str | None:
+        """The route that serves candidates of task kind `task` (its `tasks` name it) when
+        they name no route of their own; None when no route claims the kind."""
+        if task is None:
+            return None
+        return next((name for name, r in self.routes.items() if task in r.tasks), None)
+
     def route(self, name: str) -> RouteConfig:
         """The named route; an unknown name fails closed to a route in `off` mode."""
         if name in self.routes:
@@ -159,6 +166,16 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
                 GroundingModel.from_mapping(_section(table, "grounding")),
             )
     routes = routes or {"default": RouteConfig()}
+    claimed: dict[str, str] = {}
+    for name, route in routes.items():
+        for task in sorted(route.tasks):
+            if task in claimed:
+                raise PolicyError(
+                    f"routes.{name}.tasks",
+                    task,
+                    f"a task kind no other route serves (route {claimed[task]!r} does)",
+                )
+            claimed[task] = name
     return Policy(
         version=version,
         thresholds=thresholds,

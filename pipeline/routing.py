@@ -64,6 +64,10 @@ class RouteConfig:
     count once) that consistency needs before it may commit."""
     allowed_initiators: frozenset[str] = INITIATORS
     """Who may ask for this route (the candidate's `initiator`); others are refused."""
+    tasks: frozenset[str] = frozenset()
+    """Task kinds (a candidate's `metadata.task`: QA, Summary, Data2txt, ...) this route
+    serves when the candidate names no route: a QA answer and a summary are different
+    populations, each judged by its own fit (`calibrate --route NAME --task KIND`)."""
 
     def __post_init__(self) -> None:
         prefix = f"routes.{self.name}"
@@ -141,6 +145,7 @@ class RouteConfig:
                 data, prefix, "below_review_with_judge", str, BELOW_REVIEW_ON_REJECT
             ),
             judge_accept_cut=number(data, prefix, "judge_accept_cut", None),
+            tasks=frozenset(map(str, typed(data, prefix, "tasks", list, []))),
         )
 
 

@@ -263,6 +263,13 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
     help="Fit this route's own model and cuts into the policy at --out, under [routes.NAME].",
 )
 @click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    help="With --route: fit on the answers of this task kind (metadata.task) only, and let"
+    " the route serve that kind when a candidate names no route. Repeatable.",
+)
+@click.option(
     "--from-decisions",
     is_flag=True,
     help="Take the labels from the human verdicts on `decisions` (and their candidates)"
@@ -288,6 +295,7 @@ def calibrate(
     data: tuple[Path, ...],
     out_file: Path,
     route: str | None,
+    tasks: tuple[str, ...],
     from_decisions: bool,
     since: str | None,
     reference: Path | None,
@@ -312,6 +320,8 @@ def calibrate(
         return
     if not data:
         raise click.UsageError("give labelled DATA files, or --from-decisions")
+    if tasks and route is None:
+        raise click.UsageError("--task needs --route: the task kinds are the route's to serve")
     if route is not None:
         try:
             sections = calibrate_route(
@@ -322,12 +332,14 @@ def calibrate(
                 limit=limit,
                 encoder=default_encoder(),
                 command=command,
+                tasks=tasks,
             )
         except PolicyError as exc:
             raise click.UsageError(str(exc)) from None
         cuts = sections["thresholds"]
         click.echo(f"wrote route {route} into {out_file}")
         click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in cuts.items()))
+        _echo_fit_figures(sections.get("grounding", {}).get("metrics", {}))
         return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, int] = {}
@@ -350,7 +362,11 @@ def calibrate(
     t = policy["thresholds"]
     click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")
     click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in t.items()))
-    metrics = policy.get("grounding", {}).get("metrics", {})
+    _echo_fit_figures(policy.get("grounding", {}).get("metrics", {}))
+
+
+def _echo_fit_figures(metrics: dict) -> None:
+    """Per data file: in-sample and cross-validated share accepted and accepted error."""
     suffix = ".accept_rate_grounded"
     for name in sorted(k.removesuffix(suffix) for k in metrics if k.endswith(suffix)):
         line = (

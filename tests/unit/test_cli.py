@@ -324,3 +324,15 @@ class TestReadiness:
     def test_wait_ready_rejects_an_unknown_stage(self) -> None:
         result = CliRunner().invoke(main, ["wait-ready", "--stage", "nope"])
         assert result.exit_code == 2 and "nope" in result.output
+
+
+class TestCalibrateTask:
+    def test_task_without_route_is_refused_before_anything_is_read(self, tmp_path) -> None:
+        data = tmp_path / "d.jsonl"
+        data.write_text("{}\n")
+        result = CliRunner().invoke(
+            main, ["calibrate", str(data), "--task", "QA", "--out", str(tmp_path / "p.toml")]
+        )
+        assert result.exit_code == 2
+        assert "--task needs --route" in result.output
+        assert not (tmp_path / "p.toml").exists()

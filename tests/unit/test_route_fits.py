@@ -161,3 +161,65 @@ def test_write_fit_refuses_what_would_not_load(tmp_path: Path) -> None:
     assert policy.thresholds.grounding_accept == 0.9
     assert policy.calibration["refit"]["n"] == 3
     assert policy.version.startswith("v1+")
+
+
+class TestTaskRoutes:
+    """A candidate naming no route goes to the route that serves its task kind."""
+
+    SERVING = POLICY | {
+        "routes": {
+            "default": {"mode": "evaluate"},
+            "qa": {**POLICY["routes"]["qa"], "tasks": ["QA"]},
+        }
+    }
+
+    def test_the_route_serving_a_kind_is_found(self) -> None:
+        policy = parse_policy(self.SERVING)
+        assert policy.route_serving("QA") == "qa"
+        assert policy.route_serving("Summary") is None and policy.route_serving(None) is None
+
+    def test_two_routes_serving_one_kind_are_refused(self) -> None:
+        both = self.SERVING | {
+            "routes": {**self.SERVING["routes"], "other": {"mode": "evaluate", "tasks": ["QA"]}}
+        }
+        with pytest.raises(PolicyError, match=r"routes\.other\.tasks.*route 'qa'"):
+            parse_policy(both)
+
+    def test_geometry_routes_by_kind_unless_the_candidate_names_a_route(self) -> None:
+        ctx = StageContext(policy=parse_policy(self.SERVING))
+        ctx.services["encoder"] = FakeEncoder(VECTORS)
+
+        def by_task(cid: str, route: str | None) -> bytes:
+            c = loads(candidate(cid, route or "")) | {"metadata": {"task": "QA"}}
+            return dumps({k: v for k, v in c.items() if k != "route" or v})
+
+        batch = [Inbound(b"s", by_task("a", None)), Inbound(b"s", by_task("b", "default"))]
+        emits = asyncio.run(GeometryStage().process(batch, ctx))
+        envs = {
+            e.candidate.id: e
+            for e in (parse_envelope(x.value) for x in emits if x.topic is Topic.SCORED)
+        }
+        assert envs["a"].route == "qa" and envs["a"].geometry.score.value > 0.99
+        assert envs["b"].route == "default" and envs["b"].geometry.score.value < 0.01
+
+
+def test_calibrate_route_for_a_task_fits_and_serves_that_kind(tmp_path: Path) -> None:
+    lines = LABELLED.read_text().splitlines()
+    tasked = tmp_path / "tasked.jsonl"
+    records = [loads(line) for line in lines if line.strip()]
+    for n, r in enumerate(records):  # the first half QA, the rest summaries
+        r["metadata"]["task"] = "QA" if n < len(records) // 2 else "Summary"
+    tasked.write_bytes(b"\n".join(dumps(r) for r in records) + b"\n")
+    out = tmp_path / "policy.toml"
+    options = {"max_accept_error": 0.1, "limit": None, "encoder": HashEncoder(dim=16)}
+    calibrate([tasked], out, reference=None, command="calibrate all", **options)
+    calibrate_route([tasked], out, "qa", command="c --route qa --task QA", tasks=["QA"], **options)
+
+    policy = load_policy(out)
+    assert policy.route_serving("QA") == "qa" and policy.route_serving("Summary") is None
+    own = policy.grounding_for("qa")
+    assert own is not None and own.domain is not None
+    assert own.domain.n == len(records) // 2 and own.domain.tasks == ("QA",)
+    assert tomllib.loads(out.read_text())["routes"]["qa"]["calibration"]["tasks"] == ["QA"]
+    with pytest.raises(PolicyError, match="--task"):
+        calibrate_route([tasked], out, "d2t", command="c", tasks=["Data2txt"], **options)

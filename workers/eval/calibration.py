@@ -293,7 +293,11 @@ def _kept_settings(out: Path) -> dict[str, Any]:
 
 
 def write_fit(
-    out: Path, route: str | None, sections: dict[str, Any], provenance: dict[str, Any]
+    out: Path,
+    route: str | None,
+    sections: dict[str, Any],
+    provenance: dict[str, Any],
+    serves: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write a fit into the existing policy `out` and give it a new version (the old one
     plus a hash of what was fitted); everything else is left as it is.
@@ -322,6 +326,10 @@ def write_fit(
         cuts = own.get("thresholds", {}) | sections["thresholds"]  # a cut not refitted stays
         grounding = sections.get("grounding", own.get("grounding"))
         fit = {"thresholds": cuts} | ({"grounding": grounding} if grounding else {})
+        if serves:  # the kinds this fit is for; a copy of the default route serves none
+            settings["tasks"] = sorted(set(own.get("tasks", [])) | set(serves))
+        elif route not in routes:
+            settings.pop("tasks", None)
         routes[route] = settings | fit | {"calibration": provenance}
     meta = policy.setdefault("policy", {})
     base = str(meta.get("version", "unversioned")).split("+")[0]
@@ -343,12 +351,18 @@ def calibrate_route(
     encoder: SentenceEncoder,
     command: str,
     progress: Progress | None = None,
+    tasks: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`calibrate --route ROUTE`: fit a route's own grounding model and cuts on DATA and
     write them into the existing policy `out` (`write_fit`); returns the route's
-    sections for the CLI to print."""
+    sections for the CLI to print. With `tasks`, only answers of those kinds
+    (`metadata.task`) are fitted, and the route serves those kinds (`tasks` in its table)."""
     started = time.time()
     examples = [e for path in data for e in examples_from(path, limit)]
+    if tasks:
+        examples = [e for e in examples if e.task in tasks]
+        if not examples:
+            raise PolicyError("--task", ", ".join(tasks), "a task kind the data names")
     fit, grounding = fit_examples(
         examples, mu=None, max_accept_error=max_accept_error, encoder=encoder, progress=progress
     )
@@ -362,7 +376,9 @@ def calibrate_route(
         "seconds": round(time.time() - started, 1),
         "fit": _clean(dict(fit.metrics)),
     }
-    write_fit(out, route, sections, provenance)
+    if tasks:
+        provenance["tasks"] = sorted(tasks)
+    write_fit(out, route, sections, provenance, serves=tasks)
     return sections
 
 
