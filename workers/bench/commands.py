@@ -95,6 +95,25 @@ def cache(bootstrap: str, n: int, json_path: Path | None) -> None:
 
 
 @bench.command()
+@click.option("--n", type=int, default=300, show_default=True, help="Answers per side.")
+@threads_option
+@click.option(
+    "--backend",
+    type=click.Choice(["torch", "onnx"]),
+    default="torch",
+    show_default=True,
+    help="Encoder backend of both sides.",
+)
+@json_option
+def claims(n: int, threads: int | None, backend: str, json_path: Path | None) -> None:
+    """Geometry scoring with claim support vs without, same answers, in-process (goal >= 1/3)."""
+    _threads(threads or _cpus())
+    from workers.bench import claims as c
+
+    _finish(lambda: c.run(c.Options(n, backend=backend)), json_path)
+
+
+@bench.command()
 @bootstrap_option
 @click.option("--n", type=int, default=20_000, show_default=True, help="Scored envelopes.")
 @click.option(
