@@ -164,13 +164,14 @@ def fit_examples(
     return fit, grounding
 
 
-def grounding_cut_table(grounding: GroundingFit) -> dict[str, float]:
-    """A grounding fit's four cuts, as a policy's `thresholds` table names them."""
+def grounding_cut_table(short: tuple[float, float], long: tuple[float, float]) -> dict[str, float]:
+    """(accept, review) of short and of long-form answers, as a policy's `thresholds`
+    table names them."""
     return {
-        "grounding_accept": grounding.accept,
-        "grounding_review": grounding.review,
-        "grounding_accept_long": grounding.accept_long,
-        "grounding_review_long": grounding.review_long,
+        "grounding_accept": short[0],
+        "grounding_review": short[1],
+        "grounding_accept_long": long[0],
+        "grounding_review_long": long[1],
     }
 
 
@@ -184,7 +185,11 @@ def fitted_sections(fit: FitResult, grounding: GroundingFit | None) -> dict[str,
         thresholds["dgi_pass"] = fit.dgi_pass
     out: dict[str, Any] = {"thresholds": thresholds}
     if grounding is not None:
-        thresholds.update(grounding_cut_table(grounding))
+        thresholds.update(
+            grounding_cut_table(
+                (grounding.accept, grounding.review), (grounding.accept_long, grounding.review_long)
+            )
+        )
         out["grounding"] = {
             **grounding.model.to_dict(),
             "metrics": _clean(dict(grounding.model.metrics)),

@@ -216,17 +216,14 @@ def refit(
         if grounding is None:  # every example has a context, so there is a model
             raise ScoringError("no grounding model was fitted on the verdicts")
         sections = fitted_sections(fit, grounding)
-        sections["thresholds"] = grounding_cut_table(grounding)
+        sections["thresholds"] = grounding_cut_table(
+            (grounding.accept, grounding.review), (grounding.accept_long, grounding.review_long)
+        )
         p_after = np.array([grounding.model.probability(row) for row in rows])
         after = Thresholds(**(thresholds.to_dict() | sections["thresholds"]))
     else:
         short, long_cuts = regime_cuts(p_before, y, long, max_accept_error)
-        cuts = {
-            "grounding_accept": short[0],
-            "grounding_review": short[1],
-            "grounding_accept_long": long_cuts[0],
-            "grounding_review_long": long_cuts[1],
-        }
+        cuts = grounding_cut_table(short[:2], long_cuts[:2])
         sections = {"thresholds": cuts}
         p_after = p_before
         after = Thresholds(**(thresholds.to_dict() | cuts))
