@@ -431,15 +431,29 @@ def _calibrate_from_decisions(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="HaluEval QA file for the phrasing check (never trained on).",
 )
+@click.option(
+    "--reviewed",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Reviewers' verdicts (`groundstream review export`) as extra examples. Repeatable.",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True)
-def train(ragtruth: Path, begin: Path, halueval: Path | None, out_dir: Path, seed: int) -> None:
+def train(
+    ragtruth: Path,
+    begin: Path,
+    halueval: Path | None,
+    reviewed: tuple[Path, ...],
+    out_dir: Path,
+    seed: int,
+) -> None:
     """Train the claim-support head; print group-wise cross-validated figures; write it."""
     from workers.eval.train import TrainConfig
     from workers.eval.train import train as fit
 
     command = "groundstream train " + " ".join(sys.argv[2:])
-    fit(TrainConfig(ragtruth, begin, halueval, out_dir, seed=seed), command, echo=click.echo)
+    config = TrainConfig(ragtruth, begin, halueval, out_dir, seed=seed, reviewed=reviewed)
+    fit(config, command, echo=click.echo)
     click.echo(f"wrote {out_dir / 'head.npz'} and {out_dir / 'head.json'}")
 
 
@@ -544,6 +558,30 @@ def review_list(as_json: bool, texts: bool) -> None:
             s["candidate_id"], s["session_id"], str(s["turn"]), str(s["stage"]), s["reason"]
         )
     Console().print(table)
+
+
+@review.command("export")
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON lines to write: each judged candidate, labelled by its verdict.",
+)
+@click.option("--since", default=None, help="Verdicts from this ISO time or epoch.")
+@click.option("--route", default=None, help="Verdicts on this route only.")
+def review_export(out_file: Path, since: str | None, route: str | None) -> None:
+    """Write reviewers' verdicts with the candidates they judged as a labelled file, for
+    `train --reviewed`, `calibrate --route` or `eval`."""
+    from workers.eval.reviewed import export_reviewed, parse_since
+
+    try:
+        start = None if since is None else parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    written, missing = asyncio.run(export_reviewed(_settings(), out_file, since=start, route=route))
+    left_out = f"; left out: {missing} candidate(s) not found" if missing else ""
+    click.echo(f"wrote {written} reviewed candidates to {out_file}{left_out}")
 
 
 @review.command("show")

@@ -15,6 +15,8 @@ Why it exists
       (clauses reordered, "X is Y" turned round, an assistant's wrapper) is supported.
     * JSON contexts (:func:`json_examples`): field statements, a value given for the wrong
       key, a number off, a field that is not there.
+    * Reviewed answers (:func:`reviewed_examples`): the verdicts a project's own reviewers
+      gave (`groundstream review export`), so a person's verdict trains the head too.
     * HaluEval QA, rephrased (:func:`halueval_examples`, :func:`rephrase`): right and
       hallucinated answers as given and as an assistant writes them. Evaluation only: it
       shows whether phrasing decides.
@@ -48,6 +50,7 @@ __all__ = [
     "ragtruth_examples",
     "rephrase",
     "rephrase_as_assistant",
+    "reviewed_examples",
     "synthetic_examples",
 ]
 
@@ -170,6 +173,39 @@ def begin_examples(path: Path) -> list[ClaimExample]:
                 "begin:" + context[0][:80],
                 str(record.get("metadata", {}).get("data_source", "")),
                 context,
+                tuple(c.text for c in claims),
+                labels,
+                label,
+            )
+        )
+    return out
+
+
+def reviewed_examples(path: Path) -> list[ClaimExample]:
+    """One example per reviewed answer (`groundstream review export`: the candidates a person
+    accepted or rejected, `metadata.label` right / hallucinated): an accepted answer's claims
+    are all supported; a rejected one-claim answer's claim is unsupported; a rejected answer
+    with several claims labels none of them (which one failed is not known) and counts only
+    at the answer level. Answers without a context are left out: there is nothing to read
+    their claims against."""
+    out: list[ClaimExample] = []
+    for n, record in enumerate(_records(path)):
+        label = _label(record, f"{path.name}:{n + 1}")
+        context = record.get("context")
+        claims = split_claims(str(record.get("response", "")))
+        if not context or not claims:
+            continue
+        if label == SUPPORTED or len(claims) == 1:
+            labels = tuple(label for _ in claims)
+        else:
+            labels = tuple(-1 for _ in claims)
+        chunks = _chunks(context)
+        out.append(
+            ClaimExample(
+                "reviewed",
+                "reviewed:" + hashlib.sha256("\n".join(chunks).encode()).hexdigest()[:16],
+                str(record.get("metadata", {}).get("task", "") or "reviewed"),
+                chunks,
                 tuple(c.text for c in claims),
                 labels,
                 label,

@@ -1,6 +1,7 @@
 """`calibrate --from-decisions` on the real broker: a person's verdicts on `decisions`, with
 the candidates they judged on `candidates`, refit the cuts of a copy of the shipped policy
-(real encoder) and the command says how the operating point moved."""
+(real encoder) and the command says how the operating point moved; `review export` writes
+the same verdicts as a labelled file for `train --reviewed`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.fit.claims_data import reviewed_examples
 from pipeline.policy import DEFAULT_POLICY_PATH, load_policy
 from topics.codec import dumps
 from topics.names import Topic
@@ -88,3 +90,14 @@ async def test_human_verdicts_refit_the_cuts(
         before.thresholds.sgi_review,
     )
     assert after.routes.keys() == before.routes.keys()
+
+    # The same verdicts, exported as a labelled file: what `train --reviewed` and `eval` read.
+    export = tmp_path / "reviewed.jsonl"
+    done = cli(env, "review", "export", "--since", str(since), "--out", str(export))
+    assert f"wrote {N_JUDGED} reviewed candidates" in done.stdout
+    assert "left out: 1 candidate(s) not found" in done.stdout
+    rows = [orjson.loads(line) for line in export.read_bytes().splitlines()]
+    assert {r["id"]: r["metadata"]["label"] for r in rows} == {
+        c["id"]: c["metadata"]["label"] for c in judged
+    }
+    assert len(reviewed_examples(export)) == N_JUDGED  # every judged one has a context

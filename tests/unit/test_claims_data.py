@@ -16,6 +16,7 @@ from pipeline.fit.claims_data import (
     ragtruth_examples,
     rephrase,
     rephrase_as_assistant,
+    reviewed_examples,
     synthetic_examples,
 )
 
@@ -160,3 +161,26 @@ class TestRephrase:
         out = halueval_examples(write_jsonl(tmp_path / "h.jsonl", [record]))
         assert sorted({e.kind for e in out}) == sorted(REPHRASE_STYLES)
         assert sum(e.label for e in out) == len(REPHRASE_STYLES)
+
+
+def test_reviewed_answers_label_only_what_a_verdict_tells(tmp_path: Path) -> None:
+    def record(response: str, label: str, context: object = PROSE) -> dict:
+        return {"id": response[:8], "question": "q", "context": context, "response": response,
+                "metadata": {"label": label}}  # fmt: skip
+
+    rows = [
+        record("The ferry was launched in 1962. It carries 240 passengers.", "right"),
+        record("The ferry was launched in 1971.", "hallucinated"),
+        record("The ferry was launched in 1962. It carries 900 passengers.", "hallucinated"),
+        record("The ferry has no context here.", "right", context=None),
+    ]
+    path = tmp_path / "reviewed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = reviewed_examples(path)
+    assert [e.claim_labels for e in got] == [(1, 1), (0,), (-1, -1)]  # no context: left out
+    assert [e.label for e in got] == [1, 0, 0]
+    assert len({e.group for e in got}) == 1  # one source: one group, so one CV fold
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(record("x.", "maybe")) + "\n")
+    with pytest.raises(ValueError, match="unknown label"):
+        reviewed_examples(bad)

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from pipeline.errors import ScoringError
+from pipeline.fit.claims_data import reviewed_examples
 from pipeline.grounding import FEATURES, GroundingModel
 from pipeline.records import make_record
 from pipeline.thresholds import Thresholds
@@ -16,6 +17,7 @@ from tests.fixtures.fakes import HashEncoder
 from workers.eval.reviewed import (
     MIN_LABELS_FOR_CUTS,
     human_verdicts,
+    labelled_candidates,
     labelled_examples,
     parse_since,
     refit,
@@ -74,6 +76,41 @@ class TestVerdicts:
         assert [e.grounded for e in examples] == [False, True]  # sorted by id
         assert skipped == {"candidate_not_found": 1, "no_context": 0}
         assert examples[1].response == CANDIDATES["lab-0-right"]["response"]
+
+
+class TestExport:
+    """`review export`: the verdicts as a labelled file that `train --reviewed` reads."""
+
+    def found(self) -> dict:
+        # A person accepts the right answer and rejects the wrong one; one id was never sent.
+        ids = ["lab-0-right", "lab-0-bad", "gone"]
+        return human_verdicts(
+            [verdict(i, "accept" if "right" in i else "reject", 7.0, route="qa") for i in ids]
+        )
+
+    def test_each_verdict_labels_its_candidate(self) -> None:
+        records, missing = labelled_candidates(self.found(), CANDIDATES)
+        assert missing == 1
+        by_id = {r["id"]: r for r in records}
+        assert by_id["lab-0-right"]["metadata"]["label"] == "right"
+        assert by_id["lab-0-bad"]["metadata"]["label"] == "hallucinated"
+        for cid, r in by_id.items():
+            assert r["response"] == CANDIDATES[cid]["response"]
+            assert r["context"] == CANDIDATES[cid]["context"]
+            assert (r["metadata"]["reviewed_at"], r["metadata"]["route"]) == (7.0, "qa")
+
+    def test_train_reads_the_export_as_claim_examples(self, tmp_path: Path) -> None:
+        records, _ = labelled_candidates(self.found(), CANDIDATES)
+        path = tmp_path / "reviewed.jsonl"
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        examples = {e.label: e for e in reviewed_examples(path)}
+        assert set(examples) == {0, 1} and all(e.source == "reviewed" for e in examples.values())
+        accepted, rejected = examples[1], examples[0]
+        assert set(accepted.claim_labels) == {1}
+        # A rejected answer's claims are unsupported only when it makes one claim.
+        expected = {0} if len(rejected.claims) == 1 else {-1}
+        assert set(rejected.claim_labels) == expected
+        assert rejected.context == (CANDIDATES["lab-0-bad"]["context"],)
 
 
 def coverage_model() -> GroundingModel:

@@ -34,7 +34,7 @@ from pipeline.grounding import LONG_FORM, GroundingModel, grounding_features
 from pipeline.policy import load_policy
 from pipeline.scoring import measure_batch
 from pipeline.thresholds import Thresholds
-from topics.codec import loads
+from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.eval.calibration import (
     Example,
@@ -245,10 +245,10 @@ def _accept_cut_per_row(thresholds: Thresholds, long: np.ndarray) -> np.ndarray:
     return np.where(long, thresholds.grounding_accept_long, thresholds.grounding_accept)
 
 
-async def read_labels(
-    settings: Settings, *, since: float | None, route: str | None, timeout: float = 30.0
-) -> tuple[list[Example], dict[str, int]]:
-    """The human verdicts on `decisions` with their candidates from `candidates`."""
+async def _judged(
+    settings: Settings, since: float | None, route: str | None, timeout: float
+) -> tuple[dict[str, Verdict], dict[str, Mapping[str, Any]]]:
+    """The human verdicts on `decisions`, and the candidates they judged from `candidates`."""
     decisions = [loads(r.value) for r in await read_all(settings, Topic.DECISIONS, timeout)]
     verdicts = human_verdicts(decisions, since=since, route=route)
     candidates: dict[str, Mapping[str, Any]] = {}
@@ -260,8 +260,65 @@ async def read_labels(
                 continue
             if isinstance(value, dict) and value.get("id") in verdicts:
                 candidates[value["id"]] = value
+    return verdicts, candidates
+
+
+async def read_labels(
+    settings: Settings, *, since: float | None, route: str | None, timeout: float = 30.0
+) -> tuple[list[Example], dict[str, int]]:
+    """The human verdicts on `decisions` with their candidates from `candidates`."""
+    verdicts, candidates = await _judged(settings, since, route, timeout)
     examples, skipped = labelled_examples(verdicts, candidates)
     return examples, {"verdicts": len(verdicts), **skipped}
+
+
+def labelled_candidates(
+    verdicts: Mapping[str, Verdict], candidates: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """The judged candidates as labelled records, in the candidates format `eval`,
+    `calibrate` and `train --reviewed` read (`metadata.label`: right for a person's accept,
+    hallucinated for a reject; `metadata.reviewed_at`, `metadata.route`), and how many
+    verdicts had no candidate to go with."""
+    out: list[dict[str, Any]] = []
+    missing = 0
+    for cid, verdict in sorted(verdicts.items()):
+        candidate = candidates.get(cid)
+        if candidate is None:
+            missing += 1
+            continue
+        meta = candidate.get("metadata")
+        out.append(
+            {
+                **{k: candidate[k] for k in EXPORTED if k in candidate},
+                "metadata": {
+                    **(meta if isinstance(meta, Mapping) else {}),
+                    "label": "right" if verdict.grounded else "hallucinated",
+                    "reviewed_at": verdict.decided_at,
+                    "route": verdict.route,
+                },
+            }
+        )
+    return out, missing
+
+
+EXPORTED = ("id", "session_id", "turn", "initiator", "question", "context", "response")
+"""The candidate fields an export keeps (its metadata is kept too, with the verdict added)."""
+
+
+async def export_reviewed(
+    settings: Settings,
+    out: Path,
+    *,
+    since: float | None,
+    route: str | None,
+    timeout: float = 30.0,
+) -> tuple[int, int]:
+    """`groundstream review export`: write the judged candidates, labelled by the verdicts,
+    to `out` as JSON lines; returns (written, verdicts without a candidate)."""
+    verdicts, candidates = await _judged(settings, since, route, timeout)
+    records, missing = labelled_candidates(verdicts, candidates)
+    out.write_bytes(b"".join(dumps(r) + b"\n" for r in records))
+    return len(records), missing
 
 
 async def calibrate_from_decisions(

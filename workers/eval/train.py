@@ -38,6 +38,7 @@ from pipeline.fit.claims_data import (
     halueval_examples,
     json_examples,
     ragtruth_examples,
+    reviewed_examples,
     synthetic_examples,
 )
 from pipeline.fit.metrics import auroc
@@ -96,6 +97,8 @@ class TrainConfig:
     halueval: Path | None
     out_dir: Path
     seed: int = 0
+    reviewed: tuple[Path, ...] = ()
+    """Reviewed answers (`groundstream review export`) added to the training examples."""
     folds: int = 5
     hidden: int = 0
     epochs: int = 20
@@ -344,6 +347,7 @@ def train(config: TrainConfig, command: str, echo=print) -> dict:
         *begin,
         *synthetic_examples([*rag, *begin], seed=config.seed),
         *json_examples(data2txt, seed=config.seed),
+        *(e for path in config.reviewed for e in reviewed_examples(path)),
     ]
     encoder = load_encoder(None)
     cache = EmbeddingCache(CACHE_DIR / "embeddings.npz", encoder.encode_uncached)
@@ -351,7 +355,7 @@ def train(config: TrainConfig, command: str, echo=print) -> dict:
     items = _prepare(examples, cache)
     figures, _ = _cross_validate(items, config)
     head = _fit_head(*_training_pairs(items, config.ragtruth_weight), config)
-    hashes = {p.name: file_sha256(p) for p in (config.ragtruth, config.begin)}
+    hashes = {p.name: file_sha256(p) for p in (config.ragtruth, config.begin, *config.reviewed)}
     sources = sorted({e.source for e in examples})
     metadata: dict = {
         "model": "claim-support head over frozen all-MiniLM-L6-v2 embeddings",
