@@ -184,3 +184,31 @@ def test_reviewed_answers_label_only_what_a_verdict_tells(tmp_path: Path) -> Non
     bad.write_text(json.dumps(record("x.", "maybe")) + "\n")
     with pytest.raises(ValueError, match="unknown label"):
         reviewed_examples(bad)
+
+
+def test_a_training_run_takes_the_reviewed_answers_too(tmp_path: Path) -> None:
+    from workers.eval.train import TrainConfig, training_examples
+
+    rag = write_jsonl(tmp_path / "r.jsonl", [candidate("right", "It carries 240 people.", [])])
+    begin = write_jsonl(
+        tmp_path / "b.jsonl",
+        [{"context": PROSE, "response": "The ferry is from 1962.", "metadata": RIGHT}],
+    )
+    reviewed = write_jsonl(
+        tmp_path / "v.jsonl",
+        [
+            {
+                "id": "v1",
+                "question": "q",
+                "context": PROSE,
+                "response": "It sails to Oslo.",
+                "metadata": {"label": "hallucinated"},
+            }
+        ],
+    )
+    config = TrainConfig(rag, begin, None, tmp_path / "out")
+    without = training_examples(config)
+    with_reviewed = training_examples(TrainConfig(rag, begin, None, tmp_path, reviewed=(reviewed,)))
+    added = [e for e in with_reviewed if e.source == "reviewed"]
+    assert len(with_reviewed) == len(without) + 1 and len(added) == 1
+    assert added[0].claim_labels == (0,) and added[0].claims == ("It sails to Oslo.",)

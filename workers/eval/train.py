@@ -332,6 +332,21 @@ def _save(head: ClaimHead, out_dir: Path, metadata: dict) -> None:
     (out_dir / "head.json").write_text(text + "\n")
 
 
+def training_examples(config: TrainConfig) -> list[ClaimExample]:
+    """Every example a run trains on: RAGTruth, BEGIN, synthetic pairs from their prose,
+    JSON field statements from the data-to-text contexts, and the reviewed answers."""
+    rag = ragtruth_examples(config.ragtruth)
+    begin = begin_examples(config.begin)
+    data2txt = [e for e in rag if e.kind == "Data2txt"]
+    return [
+        *rag,
+        *begin,
+        *synthetic_examples([*rag, *begin], seed=config.seed),
+        *json_examples(data2txt, seed=config.seed),
+        *(e for path in config.reviewed for e in reviewed_examples(path)),
+    ]
+
+
 def train(config: TrainConfig, command: str, echo=print) -> dict:
     """Build the examples, cross-validate, fit on everything, evaluate the phrasing check on
     HaluEval QA, and write the artefact. Returns the metadata written."""
@@ -339,16 +354,7 @@ def train(config: TrainConfig, command: str, echo=print) -> dict:
     from workers.clients.claims import load_head
 
     started = time.monotonic()
-    rag = ragtruth_examples(config.ragtruth)
-    begin = begin_examples(config.begin)
-    data2txt = [e for e in rag if e.kind == "Data2txt"]
-    examples = [
-        *rag,
-        *begin,
-        *synthetic_examples([*rag, *begin], seed=config.seed),
-        *json_examples(data2txt, seed=config.seed),
-        *(e for path in config.reviewed for e in reviewed_examples(path)),
-    ]
+    examples = training_examples(config)
     encoder = load_encoder(None)
     cache = EmbeddingCache(CACHE_DIR / "embeddings.npz", encoder.encode_uncached)
     echo(f"preparing {len(examples)} examples (embeddings cached in {cache.path})")
