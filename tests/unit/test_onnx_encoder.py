@@ -78,3 +78,28 @@ def test_backend_setting_is_validated():
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="encoder backend"):
         SentenceEncoder(backend="tensorflow")
+
+
+def test_the_embedded_ladder_loads_the_backend_the_setting_names(monkeypatch):
+    # `verify` and `eval` (the embedded ladder) must honour the setting as the workers do.
+    from pipeline.defaults import default_policy
+    from workers.clients import encoder as stage_encoders
+    from workers.runtime.verify import make_context
+
+    loaded: list[str] = []
+    monkeypatch.setattr(
+        stage_encoders, "load_encoder", lambda model, backend: loaded.append(backend)
+    )
+    settings = Settings.from_env({"GROUNDSTREAM_ENCODER_BACKEND": "onnx"})
+    stage_encoders.stage_encoder(make_context(settings, default_policy()))
+    assert loaded == ["onnx"]
+
+
+def test_an_image_can_keep_its_export_outside_the_cache(monkeypatch, tmp_path):
+    from pipeline.onnx_encoder import cache_root
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("GROUNDSTREAM_ONNX_DIR", raising=False)
+    assert cache_root() == tmp_path / "xdg" / "groundstream" / "onnx"
+    monkeypatch.setenv("GROUNDSTREAM_ONNX_DIR", str(tmp_path / "baked"))
+    assert cache_root() == tmp_path / "baked"

@@ -7,9 +7,9 @@ from pipeline.scores import Encoder
 from workers.stages.kit import StageContext
 
 
-def stage_encoder(ctx: StageContext, backend: str = "torch") -> Encoder:
-    """The worker's encoder, loaded on first use and kept for the process; `backend`
-    (GROUNDSTREAM_ENCODER_BACKEND, passed by the runner's early load) counts only then."""
+def stage_encoder(ctx: StageContext) -> Encoder:
+    """The worker's encoder, loaded on first use with the context's backend
+    (GROUNDSTREAM_ENCODER_BACKEND) and kept for the process."""
     if "encoder" not in ctx.services:
-        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model, backend)
+        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model, ctx.encoder_backend)
     return ctx.services["encoder"]

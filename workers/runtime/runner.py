@@ -58,12 +58,13 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         policy=settings.load_policy(),
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
+        encoder_backend=settings.encoder_backend,
     )
     if spec.needs_encoder:
         from workers.clients.encoder import stage_encoder
 
         # Load the model before joining the group, not on the first batch.
-        stage_encoder(ctx, settings.encoder_backend)
+        stage_encoder(ctx)
     store = None
     if spec.changelog is not None:
         store = ChangelogStore(settings.topic(spec.changelog))

@@ -84,6 +84,8 @@ class StageContext:
     max_candidate_bytes: int = 1024 * 1024
     stage_key: bytes | None = None
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
+    encoder_backend: str = "torch"
+    """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)
