@@ -25,7 +25,15 @@ OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+ONNX_DIR_ENV = "GROUNDSTREAM_ONNX_DIR"
+"""Where exported graphs are kept, when set: an image exports at build time into a
+directory of its own, which a read-only root and an emptyDir /tmp leave in place."""
+
+
 def cache_root() -> Path:
+    """$GROUNDSTREAM_ONNX_DIR, else $XDG_CACHE_HOME/groundstream/onnx (~/.cache by default)."""
+    if os.environ.get(ONNX_DIR_ENV):
+        return Path(os.environ[ONNX_DIR_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "groundstream" / "onnx"
 
