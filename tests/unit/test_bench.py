@@ -84,3 +84,26 @@ def test_memory_goals_and_peak_of_this_process():
     assert descendants(os.getpid())[0] == os.getpid()
     peak = vm_hwm(os.getpid())
     assert peak is not None and peak > 10 * MIB
+
+
+def test_the_raw_side_encodes_what_the_geometry_stage_encodes():
+    # The shipped policy reads claim support, so the stage encodes the answer's core (SGI),
+    # its claims and the context's statements (claim head): the raw side must too.
+    from workers.bench.data import texts_per_stage_batch
+
+    class Windows:
+        def windows(self, text: str) -> list[str]:
+            return [text]
+
+    c = {
+        "question": "What is the capital of Australia?",
+        "context": ["Canberra is the capital city of Australia. Sydney is its largest city."],
+        "response": "The capital of Australia is Canberra.",
+    }
+    (batch,) = texts_per_stage_batch(Windows(), [c, dict(c)], batch_size=2)
+    assert len(batch) == len(set(batch))  # deduplicated, as the stage's encoder call is
+    assert {c["question"], c["context"][0], "Canberra"} <= set(batch)  # SGI on the core
+    assert "The capital of Australia is Canberra." in batch  # the claim
+    assert {"Canberra is the capital city of Australia.", "Sydney is its largest city."} <= set(
+        batch
+    )  # the context's statements

@@ -183,16 +183,28 @@ def ragtruth(limit: int | None = None, path: Path = RAGTRUTH_DEV) -> Iterator[di
 
 
 def texts_per_stage_batch(encoder: Any, candidates: list[dict], batch_size: int) -> list[list]:
-    """The texts the geometry stage embeds, one list per stage batch, deduplicated as
-    `compute_sgi_batch` does: the raw-encoder side of `bench geometry`."""
+    """The texts the geometry stage embeds, one list per stage batch, deduplicated as the
+    stage does: the question, the windows of the answer's core (what SGI reads), the
+    context's windows, and, when the shipped policy reads claim support, the answer's claims
+    and the context's statements (what the claim head reads). The raw-encoder side of
+    `bench geometry` and `bench latency`."""
+    from pipeline.claims import answer_core, context_statements, split_claims
+    from pipeline.defaults import default_policy
+    from pipeline.grounding import reads_claims
+
+    model = default_policy().grounding
+    claims = model is not None and reads_claims(model)
     batches = []
     for start in range(0, len(candidates), batch_size):
         texts: dict[str, None] = {}
         for c in candidates[start : start + batch_size]:
             texts[c["question"]] = None
-            texts.update(dict.fromkeys(encoder.windows(c["response"])))
+            texts.update(dict.fromkeys(encoder.windows(answer_core(c["response"], c["question"]))))
             chunks = [c["context"]] if isinstance(c["context"], str) else c["context"]
             for chunk in chunks:
                 texts.update(dict.fromkeys(encoder.windows(chunk)))
+            if claims:
+                texts.update(dict.fromkeys(claim.text for claim in split_claims(c["response"])))
+                texts.update(dict.fromkeys(s for st in context_statements(chunks) for s in st))
         batches.append(list(texts))
     return batches
