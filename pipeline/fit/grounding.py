@@ -68,6 +68,11 @@ class GroundingFit:
     accept_long: float
     review_long: float
 
+    @property
+    def pairs(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(accept, review) of short answers, then of long-form ones."""
+        return (self.accept, self.review), (self.accept_long, self.review_long)
+
 
 Cuts = tuple[float, float, bool]
 """(accept, review, accepts-nothing), as `fit_cuts` returns them."""

@@ -185,11 +185,7 @@ def fitted_sections(fit: FitResult, grounding: GroundingFit | None) -> dict[str,
         thresholds["dgi_pass"] = fit.dgi_pass
     out: dict[str, Any] = {"thresholds": thresholds}
     if grounding is not None:
-        thresholds.update(
-            grounding_cut_table(
-                (grounding.accept, grounding.review), (grounding.accept_long, grounding.review_long)
-            )
-        )
+        thresholds.update(grounding_cut_table(*grounding.pairs))
         out["grounding"] = {
             **grounding.model.to_dict(),
             "metrics": _clean(dict(grounding.model.metrics)),

@@ -216,9 +216,7 @@ def refit(
         if grounding is None:  # every example has a context, so there is a model
             raise ScoringError("no grounding model was fitted on the verdicts")
         sections = fitted_sections(fit, grounding)
-        sections["thresholds"] = grounding_cut_table(
-            (grounding.accept, grounding.review), (grounding.accept_long, grounding.review_long)
-        )
+        sections["thresholds"] = grounding_cut_table(*grounding.pairs)
         p_after = np.array([grounding.model.probability(row) for row in rows])
         after = Thresholds(**(thresholds.to_dict() | sections["thresholds"]))
     else:
