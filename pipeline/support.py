@@ -216,6 +216,7 @@ def _surface(word: str) -> str:
     return low.rstrip("'")
 
 
+@functools.lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """Lower-case, strip a possessive and light suffixes.
 
@@ -246,10 +247,12 @@ def stem(word: str) -> str:
     return w
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _tokens(text: str) -> tuple[_Token, ...]:
     """The tokens of ``text``. Cached: one candidate's context is read three times (support,
-    bigrams, trigrams), and the turns of a RAG session often share their source."""
+    bigrams, trigrams), the claim head reads every context statement once per claim, and
+    the turns of a RAG session often share their source. Sized for a stage batch: 64
+    candidates' claims, statements and windows."""
     out: list[_Token] = []
     for m in _TOKEN_RE.finditer(text):
         if m.group("num") is not None:
