@@ -42,6 +42,12 @@ def ladder(candidate_id: str, at: float, rng: random.Random, thresholds: dict[st
     """The records one candidate leaves on `decisions` on its way up the ladder."""
     sgi = max(0.0, rng.gauss(1.6, 0.7))
     p = min(0.99, max(0.01, rng.betavariate(4, 1.6)))
+    long_form = rng.random() < 0.3  # several sentences: the long-form cuts apply
+    accept_cut, review_cut = (
+        (thresholds["grounding_accept_long"], thresholds["grounding_review_long"])
+        if long_form
+        else (thresholds["grounding_accept"], thresholds["grounding_review"])
+    )
     timings = {"geometry": rng.uniform(18, 60)}
     records = [
         decision_record(
@@ -52,7 +58,7 @@ def ladder(candidate_id: str, at: float, rng: random.Random, thresholds: dict[st
             score=sgi,
             method="sgi",
             reason=f"SGI {sgi:.3f}; P(grounded) {p:.3f}",
-            evidence={"grounding_probability": p},
+            evidence={"grounding_probability": p, "features": {"long_form": float(long_form)}},
             thresholds=thresholds,
             timings=dict(timings),
         )
@@ -66,11 +72,11 @@ def ladder(candidate_id: str, at: float, rng: random.Random, thresholds: dict[st
             )
         )
 
-    if p >= thresholds["grounding_accept"]:
+    if p >= accept_cut:
         step("switch", "accept", rng.uniform(0.3, 2), score=p, method="grounding")
         step("rules", "accept", rng.uniform(1, 4))
         topic, action = "state", "accept"
-    elif p >= thresholds["grounding_review"]:
+    elif p >= review_cut:
         step("switch", "escalate", rng.uniform(0.3, 2), score=p, method="grounding")
         verdict = rng.choice(["accept", "reject", "unresolved", "accept"])
         step("judge", verdict, rng.uniform(250, 900))
@@ -171,6 +177,11 @@ async def test_produced_records_move_counts_and_charts_live(
     await expect(first).to_have_attribute("data-method", "grounding")
     accept = f"accept {thresholds['grounding_accept']:.4f}"
     await expect(first.locator("text.cut-label", has_text=accept)).to_have_count(1)
+    # Long-form answers beside it, under their own cuts.
+    long_form = page.locator("#hists [data-method=grounding_long]")
+    await expect(long_form.locator(".hist-title .tag")).to_have_text("routed on")
+    accept_long = f"accept {thresholds['grounding_accept_long']:.4f}"
+    await expect(long_form.locator("text.cut-label", has_text=accept_long)).to_have_count(1)
     # On the SGI axis, or "strong_pass inf (accepts nothing)" at its end when the cut is inf.
     strong = f"strong_pass {thresholds['sgi_strong_pass']:.4f}"
     await expect(

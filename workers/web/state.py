@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from pipeline.grounding import LONG_FORM
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
 from topics.names import TERMINAL
@@ -29,10 +30,15 @@ from workers.stages.kit import ControlState
 # strong-pass cuts (4.08 in the bundled policy) fall on the axis.
 HISTOGRAM_RANGES: dict[str, tuple[float, float, int]] = {
     "grounding": (0.0, 1.0, 20),
+    "grounding_long": (0.0, 1.0, 20),
     "sgi": (0.0, 5.0, 50),
     "dgi": (-1.0, 1.0, 20),
 }
 GROUNDING = "grounding"  # the histogram of P(grounded), from the geometry record's evidence
+# Long-form answers (several sentences, or a context of several windows) have their own
+# cuts (`grounding_accept_long`, `grounding_review_long`), so their P(grounded) gets its
+# own histogram under those cuts; a record without features counts as short.
+GROUNDING_LONG = "grounding_long"
 LATENCY_WINDOW = 1000  # per stage: percentiles over the last this-many timings
 DEFAULT_RANGE = (0.0, 1.0, 20)
 MAX_KEYS = 200  # distinct values kept per counter; the rest count as "(other)"
@@ -248,12 +254,31 @@ class DashboardState:
         if isinstance(evidence, Mapping):
             probability = _number(evidence.get("grounding_probability"))
             if probability is not None:
-                self._count_score(GROUNDING, probability)
+                features = evidence.get("features")
+                long_form = isinstance(features, Mapping) and _number(features.get(LONG_FORM))
+                self._count_score(GROUNDING_LONG if long_form else GROUNDING, probability)
         thresholds = record.get("thresholds")
         if isinstance(thresholds, Mapping) and thresholds:  # the policy's, as last seen
             self.thresholds = {
                 _name(k): x for k, v in thresholds.items() if (x := _cut(v)) is not None
             }
+
+    def _cuts_of(self, method: str) -> dict[str, float | str]:
+        """The policy's cuts on one histogram's axis, named ``<method>_<cut>``: the
+        long-form cuts (``grounding_accept_long``) belong to the long-form histogram
+        (``grounding_long_accept``), not to the short one."""
+        if method == GROUNDING_LONG:
+            prefix, suffix = GROUNDING + "_", "_long"
+            return {
+                f"{GROUNDING_LONG}_{k[len(prefix) : -len(suffix)]}": v
+                for k, v in self.thresholds.items()
+                if k.startswith(prefix) and k.endswith(suffix)
+            }
+        return {
+            k: v
+            for k, v in self.thresholds.items()
+            if k.startswith(method + "_") and not k.endswith("_long")
+        }
 
     def _count_score(self, method: str, score: float) -> None:
         if method not in self.histograms:
@@ -359,8 +384,7 @@ class DashboardState:
         outcomes = {t.value: 0 for t in TERMINAL} | self.outcomes.as_dict()
         histograms = {}
         for method, hist in sorted(self.histograms.items()):
-            marks = {k: v for k, v in self.thresholds.items() if k.startswith(method + "_")}
-            histograms[method] = hist.as_dict() | {"thresholds": marks}
+            histograms[method] = hist.as_dict() | {"thresholds": self._cuts_of(method)}
         return {
             "records": self.records,
             "malformed": self.malformed,

@@ -24,6 +24,9 @@ const ACTION_CLASS = {
 // Histograms: title, and which threshold is the upper (pass) and lower (review) cut.
 const SCORES = {
   grounding: { title: "P(grounded)", upper: "grounding_accept", lower: "grounding_review" },
+  grounding_long: {
+    title: "P(grounded), long-form", upper: "grounding_long_accept", lower: "grounding_long_review",
+  },
   sgi: { title: "SGI", upper: "sgi_strong_pass", lower: "sgi_review" },
   dgi: { title: "DGI", upper: "dgi_pass", lower: null },
 };
@@ -322,10 +325,13 @@ function histogram(method, h, routed) {
 }
 
 function renderHists(hists) {
-  const order = (m) => (m === "grounding" ? 0 : m in SCORES ? 1 : 2);
+  const grounded = (m) => m === "grounding" || m === "grounding_long";
+  const order = (m) => (grounded(m) ? 0 : m in SCORES ? 1 : 2);
   const methods = Object.keys(hists).sort((a, b) => order(a) - order(b) || a.localeCompare(b));
-  // With a grounding model the switch routes on P(grounded); without one, on SGI or DGI.
-  const routedOn = (m) => (m === "grounding" || !("grounding" in hists)) && m in SCORES;
+  // With a grounding model the switch routes on P(grounded) (short and long-form answers
+  // under their own cuts); without one, on SGI or DGI.
+  const model = Object.keys(hists).some(grounded);
+  const routedOn = (m) => (grounded(m) || !model) && m in SCORES;
   const blocks = methods.map((m) => histogram(m, hists[m], routedOn(m)));
   $("hists").replaceChildren(...(blocks.length ? blocks
     : [el("p", { class: "muted", text: "no geometry scores yet" })]));
