@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import threading
+
 from pipeline.encoder import load_encoder
 from pipeline.scores import Encoder
 from workers.stages.kit import StageContext
 
+_LOADING = threading.Lock()
+
 
 def stage_encoder(ctx: StageContext) -> Encoder:
     """The worker's encoder, loaded on first use with the context's backend
-    (GROUNDSTREAM_ENCODER_BACKEND) and kept for the process."""
+    (GROUNDSTREAM_ENCODER_BACKEND) and kept for the process. A stage may ask from several
+    threads at once (the consistency stage decides a batch's envelopes concurrently, each
+    in a thread): one loads, the others wait for it."""
     if "encoder" not in ctx.services:
-        ctx.services["encoder"] = load_encoder(ctx.policy.encoder_model, ctx.encoder_backend)
+        with _LOADING:
+            if "encoder" not in ctx.services:
+                ctx.services["encoder"] = load_encoder(
+                    ctx.policy.encoder_model, ctx.encoder_backend
+                )
     return ctx.services["encoder"]

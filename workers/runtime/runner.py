@@ -60,7 +60,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         max_candidate_bytes=settings.max_candidate_bytes,
         encoder_backend=settings.encoder_backend,
     )
-    if spec.needs_encoder:
+    if spec.preload_encoder(settings):
         from workers.clients.encoder import stage_encoder
 
         # Load the model before joining the group, not on the first batch.

@@ -26,7 +26,9 @@ class StageRow:
     name: str
     build: Callable[[Settings], Stage]
     verdicts: tuple[str, ...]  # what the stage may conclude; each has a row in `routes`
-    needs_encoder: bool = False
+    preload_encoder: Callable[[Settings], bool] = lambda s: False
+    """Load the sentence encoder before joining the group (not on the first batch) when
+    every candidate will need it; otherwise it loads on first use, if ever."""
     changelog: Topic | None = None
     """The compacted topic of the stage's state table, written in its transactions."""
     follows: tuple[Topic, ...] = ()
@@ -42,7 +44,12 @@ def judge(s: Settings) -> EndpointConfig:
 
 
 LADDER: tuple[StageRow, ...] = (
-    StageRow("geometry", lambda s: GeometryStage(), (SCORED, SKIP, HOLD), needs_encoder=True),
+    StageRow(
+        "geometry",
+        lambda s: GeometryStage(),
+        (SCORED, SKIP, HOLD),
+        preload_encoder=lambda s: True,
+    ),
     StageRow(
         "switch",
         lambda s: SwitchStage(judge(s)),
@@ -54,7 +61,9 @@ LADDER: tuple[StageRow, ...] = (
         "consistency",
         lambda s: ConsistencyStage(sampler(s), s.nli_model),
         (PASS, DEFER, HOLD),
-        needs_encoder=True,
+        # Embeds samples only: every candidate's when a sampler draws them; otherwise only
+        # those that bring their own, so a ladder without samples never holds the model.
+        preload_encoder=lambda s: bool(s.sampler_url) and not s.nli_model,
     ),
     StageRow("judge", lambda s: JudgeStage(judge(s)), (*SwitchAction, HOLD)),
     StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
