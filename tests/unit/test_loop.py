@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from pipeline.policy import load_policy
 from topics.names import Topic
-from workers.runtime.loop import StageLoop
+from workers.runtime.loop import CARRY_S, StageLoop
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
@@ -122,3 +122,87 @@ class TestMemberId:
             )
             ids.add(worker.member_id)
         assert ids == {"p.groundstream-terminal.geo-1", "p.groundstream-terminal.geo-2"}
+
+
+class Watching:
+    """A stage that follows `decisions`: a followed record with "latch" writes its table."""
+
+    name, source = "watch", Topic.SCORED
+
+    async def process(self, batch: Any, ctx: StageContext) -> list[Emit]:
+        return [Emit(Topic.DECISIONS, b"s", b"{}") for _ in batch]
+
+    def observe(self, record: dict, ctx: StageContext) -> None:
+        if record.get("latch"):
+            ctx.sessions[b"s"] = {"latched": True}
+
+    async def close(self) -> None:
+        return None
+
+
+class Message(Record):
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes = b"{}") -> None:
+        self.topic, self.partition, self.offset, self.value = topic, partition, offset, value
+        self.key, self.headers, self.timestamp = b"s", (), None
+
+
+def watching() -> tuple[StageLoop, ChangelogStore]:
+    store = ChangelogStore("p.sessions")
+    worker = StageLoop(
+        Watching(),  # type: ignore[arg-type]
+        Settings(topic_prefix="p."),
+        StageContext(policy=load_policy(None), sessions=store),
+        StageTelemetry("watch", "p.scored"),
+        follows=(Topic.DECISIONS,),
+        store=store,
+    )
+    return worker, store
+
+
+class TestFollowedRecordsThatChangeNothing:
+    """The switch reads its own decision records back on `decisions`: those batches get no
+    transaction of their own; their offsets ride with the next one."""
+
+    async def test_ride_with_the_next_transaction(self) -> None:
+        worker, _ = watching()
+        producer = FakeProducer()
+        await worker._batch(producer, [Message("p.decisions", 0, 7), Message("p.decisions", 1, 3)])
+        assert producer.calls == []
+        await worker._batch(producer, [Message("p.scored", 0, 41)])
+        offsets = {
+            TopicPartition("p.decisions", 0): 8,
+            TopicPartition("p.decisions", 1): 4,
+            TopicPartition("p.scored", 0): 42,
+        }
+        assert [c[0] for c in producer.calls] == ["begin", "send", "offsets", "commit"]
+        assert producer.calls[2] == ("offsets", offsets, "p.groundstream-watch")
+        assert worker._carried == {}
+
+    async def test_a_state_write_commits_with_its_offsets_at_once(self) -> None:
+        worker, store = watching()
+        producer = FakeProducer()
+        await worker._batch(producer, [Message("p.decisions", 0, 7, b'{"latch": true}')])
+        assert [c[0] for c in producer.calls] == ["begin", "send", "offsets", "commit"]
+        assert producer.calls[1] == ("send", "p.sessions", b"s")
+        assert producer.calls[2][1] == {TopicPartition("p.decisions", 0): 8}
+        assert store[b"s"] == {"latched": True} and store.changes() == []
+
+    async def test_are_committed_once_they_have_waited_carry_s(self, monkeypatch) -> None:
+        worker, _ = watching()
+        producer = FakeProducer()
+        now = [100.0]
+        monkeypatch.setattr("workers.runtime.loop.time.monotonic", lambda: now[0])
+        await worker._batch(producer, [Message("p.decisions", 0, 7)])
+        now[0] += CARRY_S + 0.1
+        await worker._batch(producer, [Message("p.decisions", 0, 8)])
+        assert [c[0] for c in producer.calls] == ["begin", "offsets", "commit"]
+        assert producer.calls[1][1] == {TopicPartition("p.decisions", 0): 9}
+
+    async def test_a_failed_commit_keeps_nothing_carried_for_later(self) -> None:
+        worker, _ = watching()
+        await worker._batch(FakeProducer(), [Message("p.decisions", 0, 7)])
+        failing = FakeProducer(fail_on="p.decisions")
+        with pytest.raises(MessageSizeTooLargeError):
+            await worker._batch(failing, [Message("p.scored", 0, 41)])
+        assert not [c for c in failing.calls if c[0] in ("offsets", "commit")]
+        assert worker._carried == {}

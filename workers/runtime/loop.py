@@ -67,6 +67,15 @@ OP_TIMEOUT_S = 60.0
 """Longest wait for one broker operation (start, send, commit) before the batch is redone."""
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 GIVE_UP_S = 300.0
+PRODUCE_BATCH_BYTES = 512 * 1024
+"""The producer's buffer per partition. aiokafka keeps one produce request in flight per
+broker, each carrying one such buffer per partition: at its 16 KiB default a batch of
+500 switch envelopes took dozens of round trips to send (measured: sends 40-120 ms per
+batch, 13-30 ms at this size). Half the broker's default message limit, so a topic
+created without our `max.message.bytes` still takes it."""
+CARRY_S = 1.0
+"""Longest a batch of followed records that changed nothing waits for a transaction to
+ride in before it gets one of its own (see `StageLoop._carry`)."""
 
 
 class BrokerUnavailable(GroundstreamError, RuntimeError):
@@ -121,6 +130,9 @@ class StageLoop:
     ready: bool = field(default=False, init=False)
     _healthy_at: float = field(default=0.0, init=False)
     """When the broker last answered a fetch: a failure after it starts a new count."""
+    _carried: dict[TopicPartition, int] = field(default_factory=dict, init=False)
+    """Next offsets of followed records that wrote nothing, not yet committed (`_carry`)."""
+    _carried_at: float = field(default=0.0, init=False)
 
     @property
     def group_id(self) -> str:
@@ -196,10 +208,12 @@ class StageLoop:
             enable_idempotence=True,
             acks="all",
             max_request_size=MAX_MESSAGE_BYTES,
+            max_batch_size=PRODUCE_BATCH_BYTES,
             transaction_timeout_ms=30_000,
             request_timeout_ms=int(OP_TIMEOUT_S * 1000) // 2,
         )
         gate = RebalanceGate()
+        carried_in = gate.revocations
         lag: asyncio.Task[None] | None = None
         try:
             await asyncio.wait_for(producer.start(), OP_TIMEOUT_S)
@@ -221,11 +235,19 @@ class StageLoop:
                         # Fetched under an assignment that has since been revoked: the
                         # group now resumes from the committed offsets, so must we.
                         raise StaleBatch("partitions were reassigned under a fetched batch")
+                    if gate.revocations != carried_in:
+                        # Carried offsets may name partitions another member now owns:
+                        # never commit them (they changed nothing; re-reading is harmless).
+                        self._carried.clear()
+                        carried_in = gate.revocations
                     await self._sync_state(consumer)
                     records = [r for tp in sorted(batches) for r in batches[tp]]
                     if records:
                         await self._batch(producer, records)
+                    elif self._carried:  # idle: commit what was carried
+                        await self._commit(producer, [], [])
         finally:
+            self._carried.clear()  # the next session resumes from the committed offsets
             if lag is not None:
                 lag.cancel()
             if self.store is not None:
@@ -263,9 +285,29 @@ class StageLoop:
             for item in items:
                 if item.topic != source:
                     self._observe(item)
+            if not work and self._carry(records):
+                return
             emits = await process_isolated(self.stage, work, self.ctx, self.store) if work else []
             self.telemetry.record(work, emits)
             await self._commit(producer, emits, records)
+
+    def _carry(self, records: list[ConsumerRecord]) -> bool:
+        """Hold the offsets of followed records that wrote no state, instead of a
+        transaction of their own; true when held. They ride with the next batch's
+        transaction (or an idle one, or one after CARRY_S): a crash before then re-reads
+        records whose observation changes nothing. Without this, the switch, which
+        follows `decisions`, paid a whole transaction for each fetch of its own records."""
+        if self.store is not None and self.store.changes():
+            return False
+        now = time.monotonic()
+        if not self._carried:
+            self._carried_at = now
+        elif now - self._carried_at > CARRY_S:
+            return False
+        for r in records:
+            tp = TopicPartition(r.topic, r.partition)
+            self._carried[tp] = max(self._carried.get(tp, 0), r.offset + 1)
+        return True
 
     def _observe(self, item: Inbound) -> None:
         observe = getattr(self.stage, "observe", None)
@@ -281,8 +323,9 @@ class StageLoop:
     async def _commit(
         self, producer: AIOKafkaProducer, emits: Sequence[Emit], records: list[ConsumerRecord]
     ) -> None:
-        """Outputs, state writes and input offsets in one transaction (see module doc)."""
-        offsets: dict[TopicPartition, int] = {}
+        """Outputs, state writes and input offsets in one transaction (see module doc),
+        with the offsets carried from batches that wrote nothing."""
+        offsets = dict(self._carried)
         for r in records:
             tp = TopicPartition(r.topic, r.partition)
             offsets[tp] = max(offsets.get(tp, 0), r.offset + 1)
@@ -305,9 +348,11 @@ class StageLoop:
             )
             await asyncio.wait_for(producer.commit_transaction(), OP_TIMEOUT_S)
         except BaseException:
+            self._carried.clear()  # the session starts over from the committed offsets
             if self.store is not None:
                 self.store.rollback()
             raise
+        self._carried.clear()
         if self.store is not None:
             self.store.commit()
 
