@@ -72,3 +72,50 @@ class TestSwitchOnTheEnvelope:
         record = loads(emits[0][1])
         assert "geometry.theta_rq" in record["reason"]
         assert record["candidate_id"] == "c1"
+
+
+class TestSessionWrites:
+    """Each session write is a changelog message in the batch's transaction: the switch
+    writes a session only when the step changed it."""
+
+    def decide(self, ctx: StageContext, turn: int, initiator: str = "user") -> None:
+        env = envelope(GeometryPayload(SGI))
+        env = Envelope(
+            candidate=Candidate(
+                id=f"c{turn}-{initiator}",
+                session_id="s1",
+                question="q?",
+                response="r.",
+                turn=turn,
+                initiator=initiator,
+            ),
+            route="default",
+            mode="evaluate",
+            geometry=env.geometry,
+        )
+        asyncio.run(SwitchStage().process([Inbound(b"s1", env.encode(), "scored", 0, 7)], ctx))
+
+    def test_a_step_that_changes_nothing_writes_nothing(self):
+        writes: list[bytes] = []
+
+        class Table(dict):
+            def __setitem__(self, key, value):
+                writes.append(key)
+                super().__setitem__(key, value)
+
+        ctx = StageContext(policy=parse_policy({"policy": {"version": "test-1"}}), sessions=Table())
+        self.decide(ctx, turn=2)
+        assert writes == [b"s1"] and ctx.sessions[b"s1"]["turn"] == 2
+        self.decide(ctx, turn=2, initiator="agent")  # same turn, nothing latched: unchanged
+        assert writes == [b"s1"]
+        self.decide(ctx, turn=3)
+        assert writes == [b"s1", b"s1"] and ctx.sessions[b"s1"]["turn"] == 3
+
+    def test_a_new_policy_object_gets_its_own_switch(self):
+        stage = SwitchStage()
+        seed = StageContext(policy=parse_policy({"policy": {"version": "test-1"}}))
+        route = seed.route_for(None)
+        first = stage._switch(seed, route)
+        assert stage._switch(seed, route) is first
+        other = StageContext(policy=parse_policy({"policy": {"version": "test-2"}}))
+        assert stage._switch(other, other.route_for(None)) is not first

@@ -9,9 +9,11 @@ import time
 from collections.abc import Sequence
 
 from pipeline.deferral import defer_to_judge
+from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.routing import RouteConfig
 from pipeline.sessions import SessionState, enter, leave, observe_outcome
-from pipeline.switch import SwitchAction
+from pipeline.switch import GroundingSwitch, SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.stages.common import EnvelopeStage, hold_for_review, open_envelopes
@@ -31,6 +33,21 @@ class SwitchStage(EnvelopeStage):
 
     def __init__(self, judge: EndpointConfig | None = None) -> None:
         self.judge_available = judge is not None and bool(judge.url)
+        self._policy: Policy | None = None
+        self._routes: dict[str, tuple[GroundingSwitch, dict[str, float]]] = {}
+
+    def _switch(
+        self, ctx: StageContext, route: RouteConfig
+    ) -> tuple[GroundingSwitch, dict[str, float]]:
+        """The route's switch and cuts, built once per policy, not once per envelope (both
+        are pure values of the policy; the record copies the cuts)."""
+        if ctx.policy is not self._policy:
+            self._policy, self._routes = ctx.policy, {}
+        cached = self._routes.get(route.name)
+        if cached is None:
+            cached = (ctx.policy.switch(route), ctx.policy.thresholds_dict(route.name))
+            self._routes[route.name] = cached
+        return cached
 
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
         """No decision here awaits anything, so the batch is decided in one synchronous
@@ -49,11 +66,10 @@ class SwitchStage(EnvelopeStage):
         route = ctx.route_for(env.route)
         c = env.candidate
         key = key_of(c)
-        held, session = enter(
-            SessionState.from_dict(ctx.sessions.get(key)), c.initiator, c.turn, route
-        )
+        before = SessionState.from_dict(ctx.sessions.get(key))
+        held, session = enter(before, c.initiator, c.turn, route)
         if held:
-            ctx.sessions[key] = session.to_dict()
+            _save(ctx, key, before, session)
             return hold_for_review(
                 self.name,
                 env,
@@ -64,7 +80,7 @@ class SwitchStage(EnvelopeStage):
             )
         result = geometry_result(env)
         if result is None:
-            ctx.sessions[key] = leave(session, True, c.turn).to_dict()
+            _save(ctx, key, before, leave(session, True, c.turn))
             return conclude(
                 ctx,
                 env,
@@ -74,10 +90,11 @@ class SwitchStage(EnvelopeStage):
                 verdict=SwitchAction.ESCALATE,
                 reason="no usable geometry on the envelope",
             )
-        decision = ctx.policy.switch(route).decide(result)
+        switch, thresholds = self._switch(ctx, route)
+        decision = switch.decide(result)
         deferred = defer_to_judge(decision, route, self.judge_available)
         escalated = deferred is not None or decision.action is not SwitchAction.ACCEPT
-        ctx.sessions[key] = leave(session, escalated, c.turn).to_dict()
+        _save(ctx, key, before, leave(session, escalated, c.turn))
         return conclude(
             ctx,
             env,
@@ -90,7 +107,7 @@ class SwitchStage(EnvelopeStage):
             method=decision.method,
             level=decision.level,
             evidence={"check": decision.check.render()},
-            thresholds=ctx.policy.thresholds_dict(route.name),
+            thresholds=thresholds,
         )
 
     def observe(self, record: dict, ctx: StageContext) -> None:
@@ -107,3 +124,10 @@ class SwitchStage(EnvelopeStage):
         updated = observe_outcome(state, turn, escalated=True)  # filtered above
         if updated != state:
             ctx.sessions[key] = updated.to_dict()
+
+
+def _save(ctx: StageContext, key: bytes, before: SessionState, after: SessionState) -> None:
+    """Write the session only when it changed: each write is a changelog message in the
+    batch's transaction, and an unchanged one restores to the same table."""
+    if after != before:
+        ctx.sessions[key] = after.to_dict()
