@@ -11,6 +11,7 @@ operators' own views; consumers outside the trust boundary get the allow-listed
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -39,14 +40,22 @@ _PRIVATE_EVIDENCE = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=64)
 def iso_time(epoch_seconds: float) -> str:
+    # Cached: a stage's record and the outcome after it are stamped with the same time.
     return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds")
+
+
+_HASH_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def record_hash(record: Mapping[str, Any]) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
-    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-    return hashlib.sha256(data).hexdigest()
+    return _digest(body)
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=_HASH_OPTIONS)).hexdigest()
 
 
 CONTENT_FIELDS = (
@@ -133,7 +142,7 @@ def make_record(
         record["topic"] = topic
     if content_hash is not None:
         record["content_hash"] = content_hash
-    record["hash"] = record_hash(record)
+    record["hash"] = _digest(record)  # no "hash" key yet: no copy without it to make
     return record
 
 
