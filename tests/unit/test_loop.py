@@ -12,12 +12,21 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from pipeline.policy import load_policy
 from topics.names import Topic
-from workers.runtime.loop import CARRY_S, StageLoop
+from workers.runtime.loop import CARRY_S, StageLoop, send_batched
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
 from workers.stages.kit import Emit, StageContext
 from workers.stages.terminal import TerminalStage
+
+
+class FakeBatch:
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+
+    def append(self, *, timestamp: Any, key: Any, value: Any, headers: Any) -> object:
+        self.keys.append(key)
+        return object()
 
 
 class FakeProducer:
@@ -29,8 +38,17 @@ class FakeProducer:
     async def begin_transaction(self) -> None:
         self.calls.append(("begin",))
 
-    async def send(self, topic: str, value: Any, key: Any = None, headers: Any = None):
-        self.calls.append(("send", topic, key))
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
+    def _partition(self, topic: str, partition: Any, *args: Any) -> int:
+        return 0
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch()
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int):
+        self.calls += [("send", topic, key) for key in batch.keys]
         future = asyncio.get_running_loop().create_future()
         if topic == self.fail_on:
             future.set_exception(MessageSizeTooLargeError())
@@ -206,3 +224,34 @@ class TestFollowedRecordsThatChangeNothing:
             await worker._batch(failing, [Message("p.scored", 0, 41)])
         assert not [c for c in failing.calls if c[0] in ("offsets", "commit")]
         assert worker._carried == {}
+
+
+class TestSendBatched:
+    async def test_one_batch_per_partition_in_order_and_a_new_one_when_full(self) -> None:
+        class Full(FakeBatch):
+            def append(self, **kw: Any) -> object | None:
+                return None if len(self.keys) == 2 else super().append(**kw)
+
+        class Producer(FakeProducer):
+            def __init__(self) -> None:
+                super().__init__()
+                self.sent: list[tuple[str, int, list]] = []
+
+            def _partition(self, topic: str, partition: Any, *args: Any) -> int:
+                return args[2][-1] % 2  # the key's last byte
+
+            def create_batch(self) -> FakeBatch:
+                return Full()
+
+            async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int):
+                self.sent.append((topic, partition, batch.keys))
+                return await super().send_batch(batch, topic, partition=partition)
+
+        producer = Producer()
+        keys = [bytes([i]) for i in range(7)]
+        futures = await send_batched(producer, [("p.t", k, b"v", ()) for k in keys])
+        assert len(futures) == len(producer.sent) == 4
+        for partition in (0, 1):
+            mine = [k for t, p, batch in producer.sent if p == partition for k in batch]
+            assert mine == [k for k in keys if k[-1] % 2 == partition]
+        assert all(len(batch) <= 2 for _, _, batch in producer.sent)
