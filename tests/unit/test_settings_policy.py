@@ -86,6 +86,14 @@ class TestSettingsFromEnv:
         assert err.field == name
         assert err.value == value
 
+    def test_the_switch_batches_more_unless_a_batch_size_is_given(self):
+        unset = Settings.from_env({})
+        assert (unset.batch_size_for("switch"), unset.batch_size_for("geometry")) == (1000, 64)
+        given = Settings.from_env({"GROUNDSTREAM_BATCH_SIZE": "64"})
+        assert (given.batch_size_for("switch"), given.batch_size_for("geometry")) == (64, 64)
+        assert Settings.from_env({}, batch_size=16).batch_size_for("switch") == 16
+        assert Settings(batch_size=16).batch_size_for("switch") == 16
+
     def test_settings_error_is_a_policy_and_value_error(self):
         err = settings_error({"GROUNDSTREAM_PARTITIONS": "zero"})
         assert isinstance(err, PolicyError)

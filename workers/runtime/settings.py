@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pipeline.encoder import BACKENDS
@@ -91,6 +92,13 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
 }
 
 
+DEFAULT_BATCH_SIZE = 64
+STAGE_BATCH_SIZES: Mapping[str, int] = MappingProxyType({"switch": 1000})
+"""A stage's batch when GROUNDSTREAM_BATCH_SIZE is not set, where it is not the default:
+a cheap stage's rate is set by its transactions' round trips, one per batch, so it takes
+more per batch; geometry's batch is bounded by the encoder (docs/performance.md)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Validated settings of one worker process (or CLI call)."""
@@ -101,7 +109,8 @@ class Settings:
     default_route: str = "default"
     partitions: int = 3
     replication: int = 1
-    batch_size: int = 64
+    batch_size: int = DEFAULT_BATCH_SIZE
+    """Every stage's batch when set; unset, the stage's own (`batch_size_for`)."""
     batch_within: float = 0.05
     max_candidate_bytes: int = 1024 * 1024
     web_host: str = "127.0.0.1"
@@ -126,6 +135,19 @@ class Settings:
     control_poll: float = 0.5
     encoder_backend: str = "torch"
     instance_id: str = ""  # empty: the host name (one process per stage and host)
+    batch_size_set: bool = field(default=False, repr=False)
+    """Whether the batch size was given (GROUNDSTREAM_BATCH_SIZE, an override, or any
+    value but the default), so that it applies to every stage."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size != DEFAULT_BATCH_SIZE:
+            object.__setattr__(self, "batch_size_set", True)
+
+    def batch_size_for(self, stage: str) -> int:
+        """The stage's batch: the one given, else the stage's default."""
+        if self.batch_size_set:
+            return self.batch_size
+        return STAGE_BATCH_SIZES.get(stage, self.batch_size)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -133,7 +155,7 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             name = PREFIX + f.name.upper()
-            if name not in env:
+            if f.name == "batch_size_set" or name not in env:
                 continue
             raw = env[name]
             parser, expected = _PARSERS.get(f.name, (str, "a string"))
@@ -142,6 +164,7 @@ class Settings:
             except ValueError:
                 raise SettingsError(name, raw, expected) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
+        values["batch_size_set"] = "batch_size" in values
         settings = cls(**values)
         if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise SettingsError(
