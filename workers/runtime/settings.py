@@ -92,7 +92,12 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
 }
 
 
-DEFAULT_BATCH_SIZE = 64
+class _DefaultBatch(int):
+    """The batch size nobody gave: an int like any other, but `batch_size_for` can tell it
+    from the same number set on purpose (a variable, an override, a constructor value)."""
+
+
+DEFAULT_BATCH_SIZE = _DefaultBatch(64)
 STAGE_BATCH_SIZES: Mapping[str, int] = MappingProxyType({"switch": 1000})
 """A stage's batch when GROUNDSTREAM_BATCH_SIZE is not set, where it is not the default:
 a cheap stage's rate is set by its transactions' round trips, one per batch, so it takes
@@ -135,17 +140,10 @@ class Settings:
     control_poll: float = 0.5
     encoder_backend: str = "torch"
     instance_id: str = ""  # empty: the host name (one process per stage and host)
-    batch_size_set: bool = field(default=False, repr=False)
-    """Whether the batch size was given (GROUNDSTREAM_BATCH_SIZE, an override, or any
-    value but the default), so that it applies to every stage."""
-
-    def __post_init__(self) -> None:
-        if self.batch_size != DEFAULT_BATCH_SIZE:
-            object.__setattr__(self, "batch_size_set", True)
 
     def batch_size_for(self, stage: str) -> int:
         """The stage's batch: the one given, else the stage's default."""
-        if self.batch_size_set:
+        if type(self.batch_size) is not _DefaultBatch:
             return self.batch_size
         return STAGE_BATCH_SIZES.get(stage, self.batch_size)
 
@@ -155,7 +153,7 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             name = PREFIX + f.name.upper()
-            if f.name == "batch_size_set" or name not in env:
+            if name not in env:
                 continue
             raw = env[name]
             parser, expected = _PARSERS.get(f.name, (str, "a string"))
@@ -164,7 +162,6 @@ class Settings:
             except ValueError:
                 raise SettingsError(name, raw, expected) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
-        values["batch_size_set"] = "batch_size" in values
         settings = cls(**values)
         if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise SettingsError(
