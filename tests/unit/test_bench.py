@@ -7,7 +7,7 @@ import os
 from topics.codec import dumps
 from workers.bench.data import retag, shared_context_candidates, unique_candidates
 from workers.bench.kafka import candidate_id, decided_by
-from workers.bench.latency import percentile
+from workers.bench.latency import one_per_context, percentile
 from workers.bench.procs import MIB, descendants, vm_hwm
 from workers.bench.report import Result, memory_goal
 from workers.bench.switch import steady_rate
@@ -107,3 +107,16 @@ def test_the_raw_side_encodes_what_the_geometry_stage_encodes():
     assert {"Canberra is the capital city of Australia.", "Sydney is its largest city."} <= set(
         batch
     )  # the context's statements
+
+
+def test_latency_sends_no_context_twice():
+    # A text sent twice is embedded once: the second candidate would skip the encode the
+    # latency goal is measured against.
+    rows = [
+        {"id": "a", "context": ["one"], "response": "x"},
+        {"id": "b", "context": ["one"], "response": "y"},  # a's context
+        {"id": "c", "context": ["two"], "response": "x"},  # a's answer
+        {"id": "d", "context": "two", "response": "z"},
+        {"id": "e", "context": ["two"], "response": "w"},  # d's context, as a list
+    ]
+    assert [r["id"] for r in one_per_context(rows)] == ["a", "d"]
