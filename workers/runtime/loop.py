@@ -222,6 +222,7 @@ class StageLoop:
             consumer.subscribe(sources, listener=gate)
             if self.metrics is not None and self.metrics.serving:
                 lag = asyncio.create_task(self._refresh_lag(consumer, self.metrics))
+            task = asyncio.current_task()
             while True:
                 batches = await asyncio.wait_for(
                     consumer.getmany(
@@ -230,6 +231,12 @@ class StageLoop:
                     ),
                     OP_TIMEOUT_S,
                 )
+                if task is not None and task.cancelling():
+                    # Stopped while the fetch completed: CPython 3.11's wait_for then
+                    # returns the result and drops the cancellation (gh-86296), and a
+                    # loop that fetches back to back (followed records carried, no
+                    # transaction between fetches) would never see its stop.
+                    raise asyncio.CancelledError
                 fetched_in = gate.revocations
                 self._healthy_at = time.monotonic()
                 async with gate.lock:
