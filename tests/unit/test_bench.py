@@ -118,5 +118,7 @@ def test_latency_sends_no_context_twice():
         {"id": "c", "context": ["two"], "response": "x"},  # a's answer
         {"id": "d", "context": "two", "response": "z"},
         {"id": "e", "context": ["two"], "response": "w"},  # d's context, as a list
+        {"id": "f", "context": ["three", "one"], "response": "v"},  # one of a's passages
+        {"id": "g", "context": ["three", "four"], "response": "u"},
     ]
-    assert [r["id"] for r in one_per_context(rows)] == ["a", "d"]
+    assert [r["id"] for r in one_per_context(rows)] == ["a", "d", "g"]

@@ -69,16 +69,17 @@ def encode_ms(rows: list[dict]) -> float:
 
 
 def one_per_context(rows: list[dict]) -> list[dict]:
-    """Candidates whose context and answer no earlier one has: the encoder would serve a
-    repeated text from its cache."""
-    seen: set[tuple[str, ...]] = set()
+    """Candidates none of whose context chunks, and not whose answer, an earlier one has:
+    the encoder would serve a repeated text from its cache (RAGTruth's QA contexts share
+    passages)."""
+    seen: set[str] = set()
     out = []
     for row in rows:
         context = row.get("context") or ()
-        chunks = (context,) if isinstance(context, str) else tuple(map(str, context))
-        answer = ("\0answer", str(row.get("response")))
-        if chunks not in seen and answer not in seen:
-            seen.update((chunks, answer))
+        texts = {*((context,) if isinstance(context, str) else map(str, context))}
+        texts.add("\0answer " + str(row.get("response")))
+        if not texts & seen:
+            seen |= texts
             out.append(row)
     return out
 
