@@ -255,3 +255,18 @@ class TestSendBatched:
             mine = [k for t, p, batch in producer.sent if p == partition for k in batch]
             assert mine == [k for k in keys if k[-1] % 2 == partition]
         assert all(len(batch) <= 2 for _, _, batch in producer.sent)
+
+    async def test_a_message_no_batch_takes_fails_instead_of_vanishing(self) -> None:
+        class Refusing(FakeBatch):
+            def append(self, **kw: Any) -> object | None:
+                return None
+
+        class Producer(FakeProducer):
+            def _partition(self, topic: str, partition: Any, *args: Any) -> int:
+                return 0
+
+            def create_batch(self) -> FakeBatch:
+                return Refusing()
+
+        with pytest.raises(ValueError, match="does not fit"):
+            await send_batched(Producer(), [("p.t", b"k", b"v", ())])

@@ -385,7 +385,10 @@ async def send_batched(producer: AIOKafkaProducer, messages: Sequence[Message]) 
         if builder.append(timestamp=None, key=key, value=value, headers=list(headers)) is None:
             futures.append(await producer.send_batch(builder, topic, partition=partition))
             builder = builders[topic, partition] = producer.create_batch()
-            builder.append(timestamp=None, key=key, value=value, headers=list(headers))
+            if builder.append(timestamp=None, key=key, value=value, headers=list(headers)) is None:
+                # An empty batch takes any one message; were it ever refused, fail the
+                # transaction rather than commit offsets whose output was never sent.
+                raise ValueError(f"a {len(value or b'')}-byte message does not fit a batch")
     for (topic, partition), builder in builders.items():
         futures.append(await producer.send_batch(builder, topic, partition=partition))
     return futures
