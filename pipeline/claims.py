@@ -32,6 +32,7 @@ Failure posture
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -141,15 +142,17 @@ def _words(text: str) -> list[str]:
     return [m.group(0).lower().replace("’", "'") for m in _WORD_RE.finditer(text)]
 
 
-def _content_keys(text: str) -> set[str]:
-    """Stems of content words (and numbers, commas dropped) — the cheap lexical view."""
+@functools.lru_cache(maxsize=4096)
+def _content_keys(text: str) -> frozenset[str]:
+    """Stems of content words (and numbers, commas dropped) — the cheap lexical view.
+    Cached: every claim of an answer is ranked against the same windows."""
     keys: set[str] = set()
     for w in _words(text):
         if _NUMBER_RE.match(w):
             keys.add(w.replace(",", ""))
         elif len(w) >= 3 and w not in _UNCOUNTED:
             keys.add(stem(w))
-    return keys
+    return frozenset(keys)
 
 
 def _has_verb(words: Sequence[str]) -> bool:

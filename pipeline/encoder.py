@@ -105,6 +105,9 @@ class SentenceEncoder:
         self.batch_size = batch_size or ENCODE_BATCH[backend]
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        # A context's windows are asked for by every candidate that shares it (SGI, the
+        # claim head's statements): tokenising it once per process is enough.
+        self._windows = lru_cache(maxsize=4096)(self._split)
         self.cache_lookups = 0  # texts asked for; with cache_hits, the workers' hit rate
         self.cache_hits = 0
 
@@ -139,10 +142,13 @@ class SentenceEncoder:
 
     def windows(self, text: str) -> list[str]:
         """`text` as overlapping substrings of at most `window_tokens` tokens each."""
+        return list(self._windows(text))
+
+    def _split(self, text: str) -> tuple[str, ...]:
         offsets = self._model.offsets(text)
         size = self.window_tokens
         if len(offsets) <= size:
-            return [text]
+            return (text,)
         stride = size - WINDOW_OVERLAP_TOKENS
         out = []
         for start in range(0, len(offsets), stride):
@@ -150,7 +156,7 @@ class SentenceEncoder:
             out.append(text[chunk[0][0] : chunk[-1][1]])
             if start + size >= len(offsets):
                 break
-        return out
+        return tuple(out)
 
 
 @lru_cache(maxsize=4)

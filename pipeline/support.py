@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -279,7 +280,9 @@ def _is_content(tok: _Token) -> bool:
     return len(tok.surface) >= _MIN_CONTENT_LEN and tok.surface not in _UNCOUNTED
 
 
-def _sentences(text: str) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=4096)
+def _sentences(text: str) -> tuple[tuple[int, int], ...]:
+    """Character bounds of ``text``'s sentences. Cached like `_tokens`, for the same texts."""
     bounds: list[tuple[int, int]] = []
     start = 0
     for m in _SENTENCE_END_RE.finditer(text):
@@ -291,7 +294,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     body = text[start:]
     if body.strip():
         bounds.append((start + len(body) - len(body.lstrip()), len(text.rstrip())))
-    return bounds
+    return tuple(bounds)
 
 
 # ------------------------------------------------------------------------------- names
@@ -371,18 +374,7 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         raise ScoringError(f"question must be a string, got {type(question).__name__}")
     chunks = _check_context(context)
 
-    ctx_words: set[str] = set()
-    ctx_numbers: set[str] = set()
-    # key -> indexes of the source sentences (over all chunks, in order) that contain it
-    ctx_sentences_of: dict[str, set[int]] = {}
-    n_ctx_sentences = 0
-    for chunk in chunks:
-        bounds = _sentences(chunk)
-        toks = _tokens(chunk)
-        for tok, k in zip(toks, _sentence_index(toks, bounds), strict=True):
-            (ctx_numbers if tok.kind is _Kind.NUMBER else ctx_words).add(tok.key)
-            ctx_sentences_of.setdefault(tok.key, set()).add(n_ctx_sentences + k)
-        n_ctx_sentences += max(len(bounds), 1)
+    ctx_words, ctx_numbers, ctx_sentences_of = _context_index(chunks)
     q_words: set[str] = set()
     q_numbers: set[str] = set()
     for tok in _tokens(question):
@@ -450,7 +442,30 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
     )
 
 
-def _sentence_index(toks: Sequence[_Token], bounds: list[tuple[int, int]]) -> list[int]:
+@functools.lru_cache(maxsize=1024)
+def _context_index(
+    chunks: tuple[str, ...],
+) -> tuple[frozenset[str], frozenset[str], dict[str, frozenset[int]]]:
+    """The context's word keys, number keys, and for each key the indexes of the source
+    sentences (over all chunks, in order) that hold it. Cached: the claim head measures
+    every claim against the same windows, and a session's turns share their source.
+    Callers must not mutate the returned mapping."""
+    words: set[str] = set()
+    numbers: set[str] = set()
+    sentences_of: dict[str, set[int]] = {}
+    n_sentences = 0
+    for chunk in chunks:
+        bounds = _sentences(chunk)
+        toks = _tokens(chunk)
+        for tok, k in zip(toks, _sentence_index(toks, bounds), strict=True):
+            (numbers if tok.kind is _Kind.NUMBER else words).add(tok.key)
+            sentences_of.setdefault(tok.key, set()).add(n_sentences + k)
+        n_sentences += max(len(bounds), 1)
+    frozen = {key: frozenset(found) for key, found in sentences_of.items()}
+    return frozenset(words), frozenset(numbers), frozen
+
+
+def _sentence_index(toks: Sequence[_Token], bounds: Sequence[tuple[int, int]]) -> list[int]:
     """For each token, the index of the sentence (of ``bounds``, in order) it falls in."""
     out: list[int] = []
     k = 0
@@ -461,7 +476,7 @@ def _sentence_index(toks: Sequence[_Token], bounds: list[tuple[int, int]]) -> li
     return out
 
 
-def _local_coverage(keys: list[str], sentences_of: dict[str, set[int]]) -> float:
+def _local_coverage(keys: list[str], sentences_of: Mapping[str, AbstractSet[int]]) -> float:
     """Best share of ``keys`` (with repeats) found within LOCAL_WINDOW consecutive source
     sentences; found through an index of where each key occurs, so it stays linear in the
     number of occurrences rather than in the length of the source."""
