@@ -1,28 +1,33 @@
 """`bench geometry`: the stage over Kafka vs the raw encoder on the same texts, per backend.
 
-For each encoder backend (torch, then onnx): A, the raw encoder in this process
-(`encode_uncached` on exactly the texts the stage embeds, per stage batch, on a worker
-thread as the stage's `asyncio.to_thread`); B, one `groundstream worker geometry` with
-GROUNDSTREAM_ENCODER_BACKEND set, from the first produce to the last `geometry` decision
-record; then A again. The figure is B/A of the first backend (goal >= 0.95); the other
-backend's rates, its speed against the first and each worker's peak memory come with it.
-Every text is unique (the stage's cache cannot help), the same texts for both backends.
+For each encoder backend (torch, then onnx), one `groundstream worker geometry` with
+GROUNDSTREAM_ENCODER_BACKEND set, and the candidates cut into rounds. In each round, side A
+is the raw encoder in this process (`encode_uncached`, with the stage's own model batching,
+on exactly the texts the stage embeds, per stage batch, on a worker thread as the stage's
+`asyncio.to_thread`); side B is the worker on the same round's candidates, produced in one
+transaction so that it sees them all at once, timed from then to the last `geometry`
+decision record. The sides alternate (A B, B A, …: `workers.bench.rounds`) so the
+machine's drift falls on both. The figure is B/A over all rounds of the first backend
+(goal >= 0.95); each round's ratio, the other backend's rates and its speed against the
+first, and each worker's peak memory come with it. Every text is unique (the stage's cache
+cannot help), the same texts for both backends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from topics.names import Topic
 from workers.bench.data import retag, texts_per_stage_batch, unique_candidates
 from workers.bench.kafka import decided_by, through
 from workers.bench.procs import bench
 from workers.bench.report import Result
+from workers.bench.rounds import alternate, parts
 
 GOAL = 0.95
 
@@ -32,6 +37,7 @@ class Options:
     bootstrap: str
     n: int = 1000
     warmup: int = 128
+    rounds: int = 4
     batch_size: int = 64
     threads: int = 2
     backends: tuple[str, ...] = ("torch", "onnx")
@@ -53,40 +59,47 @@ def run(opts: Options) -> Result:
 
     measured = unique_candidates(opts.n, "geometry")
     warm = unique_candidates(opts.warmup, "geometry-warm")
+    cut = parts(measured, opts.rounds)
     rates: dict[str, float] = {}
     ratios: dict[str, float] = {}
+    spread: dict[str, list[float]] = {}
     env = {"GROUNDSTREAM_BATCH_SIZE": str(opts.batch_size)}
     with bench(opts.bootstrap, **env) as b, ThreadPoolExecutor(1) as pool:
         source, decisions = b.prefix + Topic.CANDIDATES, b.prefix + Topic.DECISIONS
-        for backend in opts.backends:
-            encoder = SentenceEncoder(backend=backend, batch_size=opts.batch_size)
-            batches = texts_per_stage_batch(encoder, measured, opts.batch_size)
-            raw_seconds(encoder, texts_per_stage_batch(encoder, warm, opts.batch_size), pool)
-            a1 = raw_seconds(encoder, batches, pool)
-            tag = f"geometry[{backend}]"
-            b.start("geometry", tag, GROUNDSTREAM_ENCODER_BACKEND=backend)
-            asyncio.run(
-                through(
-                    b.bootstrap, source, retag(warm, len(warm), f"w{backend}"), [decisions],
-                    decided_by("geometry"), timeout=opts.timeout,
-                )
-            )  # fmt: skip
+
+        def stage_seconds(rows: list[dict], tag: str) -> float:
             seconds, _, _ = asyncio.run(
                 through(
-                    b.bootstrap, source, retag(measured, opts.n, backend), [decisions],
-                    decided_by("geometry"), timeout=opts.timeout,
+                    b.bootstrap, source, retag(rows, len(rows), tag), [decisions],
+                    decided_by("geometry"), atomic=True, timeout=opts.timeout,
                 )
             )  # fmt: skip
+            return seconds
+
+        for backend in opts.backends:
+            # The worker's own model batching (`pipeline.encoder.ENCODE_BATCH`), not the
+            # stage batch: the raw side encodes as the stage's encoder does.
+            encoder = SentenceEncoder(backend=backend)
+            batches = [texts_per_stage_batch(encoder, part, opts.batch_size) for part in cut]
+            raw_seconds(encoder, texts_per_stage_batch(encoder, warm, opts.batch_size), pool)
+            tag = f"geometry[{backend}]"
+            b.start("geometry", tag, GROUNDSTREAM_ENCODER_BACKEND=backend)
+            stage_seconds(warm, f"w{backend}")
+            raw, stage = alternate(
+                opts.rounds,
+                partial(lambda e, texts, r: raw_seconds(e, texts[r], pool), encoder, batches),
+                partial(lambda tag, r: stage_seconds(cut[r], f"{tag}{r}"), backend),
+            )
             b.stop(tag)
-            a2 = raw_seconds(encoder, batches, pool)
-            raw = opts.n / statistics.fmean((a1, a2))
-            rates[f"raw {backend}/s"] = raw
-            rates[f"stage {backend}/s"] = opts.n / seconds
-            ratios[backend] = (opts.n / seconds) / raw
+            rates[f"raw {backend}/s"] = opts.n / sum(raw)
+            rates[f"stage {backend}/s"] = opts.n / sum(stage)
+            ratios[backend] = sum(raw) / sum(stage)
+            spread[backend] = [a / s for a, s in zip(raw, stage, strict=True)]
             print(
-                f"{backend}: raw {raw:.1f}/s (A {a1:.1f}s, {a2:.1f}s), "
-                f"stage {opts.n / seconds:.1f}/s ({seconds:.1f}s), "
-                f"stage/raw {ratios[backend]:.3f}",
+                f"{backend}: raw {opts.n / sum(raw):.1f}/s, stage {opts.n / sum(stage):.1f}/s, "
+                f"stage/raw {ratios[backend]:.3f} (rounds: "
+                + ", ".join(f"{x:.2f}" for x in spread[backend])
+                + ")",
                 flush=True,
             )
             del encoder
@@ -96,8 +109,10 @@ def run(opts: Options) -> Result:
         "n": opts.n,
         "threads": opts.threads,
         "batch_size": opts.batch_size,
-        "texts_per_candidate": round(sum(map(len, batches)) / opts.n, 2),
+        "rounds": opts.rounds,
+        "texts_per_candidate": round(sum(len(t) for r in batches for t in r) / opts.n, 2),
         **{f"stage/raw {k}": round(v, 3) for k, v in ratios.items()},
+        **{f"rounds {k}": [round(x, 3) for x in v] for k, v in spread.items()},
     }
     for other in opts.backends[1:]:
         rates[f"stage/raw {other}"] = ratios[other]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,9 +50,13 @@ def decided_by(stage: str) -> Callable[[bytes], str | None]:
     return match
 
 
-def producer(bootstrap: str) -> AIOKafkaProducer:
+def producer(bootstrap: str, *, transactional: bool = False) -> AIOKafkaProducer:
     return AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=MAX_MESSAGE_BYTES
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        max_request_size=MAX_MESSAGE_BYTES,
+        transactional_id=f"bench-{uuid.uuid4().hex}" if transactional else None,
     )
 
 
@@ -61,13 +66,20 @@ async def produce(
     messages: Sequence[dict | tuple[bytes | None, bytes]],
     *,
     rate: float | None = None,
+    atomic: bool = False,
 ) -> dict[str, float]:
     """Send candidates (dicts, keyed by session) or (key, value) pairs; at `rate` per second
-    when given, else as fast as the client goes. The send time of each, by candidate id."""
+    when given, else as fast as the client goes. The send time of each, by candidate id.
+
+    `atomic`: all in one transaction, so a `read_committed` reader (every worker) sees them
+    at once, when it commits; each one's send time is then that moment. A throughput bench
+    so times the stage from when its whole input is there, not its own producing."""
     sent: dict[str, float] = {}
-    client = producer(bootstrap)
+    client = producer(bootstrap, transactional=atomic)
     await client.start()
     try:
+        if atomic:
+            await client.begin_transaction()
         futures = []
         started = time.perf_counter()
         for i, m in enumerate(messages):
@@ -81,6 +93,10 @@ async def produce(
             sent[cid] = time.perf_counter()
             futures.append(await client.send(topic, value, key=key))
         await asyncio.gather(*futures)
+        if atomic:
+            await client.commit_transaction()
+            visible = time.perf_counter()
+            sent = dict.fromkeys(sent, visible)
     finally:
         await client.stop()
     return sent
@@ -152,14 +168,16 @@ async def through(
     match: Callable[[bytes], Any] = candidate_id,
     *,
     rate: float | None = None,
+    atomic: bool = False,
     timeout: float = 900.0,
 ) -> tuple[float, dict[str, float], dict[str, float]]:
     """Produce `messages` to `source` and wait for each on `watch`: the seconds from the
-    first send to the last arrival, the send times and the arrival times by candidate id."""
+    first send (with `atomic`, from when all became visible at once) to the last arrival,
+    the send times and the arrival times by candidate id."""
     want = {m["id"] if isinstance(m, dict) else candidate_id(m[1]) for m in messages}
     async with Watch(bootstrap, watch, match) as w:
         # Read while producing: an arrival is stamped when it is read.
         reading = asyncio.create_task(w.until(want - {None}, timeout))
-        sent = await produce(bootstrap, source, messages, rate=rate)
+        sent = await produce(bootstrap, source, messages, rate=rate, atomic=atomic)
         arrivals = await reading
     return max(arrivals.values()) - min(sent.values()), sent, arrivals
