@@ -3,10 +3,18 @@
 Candidates the in-process ladder sends to `state` are picked first (RAGTruth's dev split
 when present, else synthetic), one per context, then produced under fresh ids at `--rate`
 per second for `--seconds` into `worker all` (every stage its own process); each one's
-latency runs from its send to its arrival on `state` (read_committed). The goal is relative
-to the model: p99 <= 2 x one in-process encode of that candidate + 50 ms, the encode being
-the median over the candidates sent of one `encode_uncached` of all the texts geometry
-embeds for it.
+latency runs from its send to its arrival on `state` (read_committed).
+
+The goal is relative to the model, per candidate: its latency <= 2 x one encode of that
+candidate + 50 ms. One encode is the encoder time the geometry stage spends on that
+candidate alone, measured in this process before the workers start: the candidate scored
+as the stage scores it (`pipeline.scoring.score_batch`, the shipped policy and claim head)
+with an empty cache, timing only the encoder's model calls. (Until 2026-12-01 it was one
+`encode_uncached` of all the candidate's texts at once: one model batch padded to its
+longest window, about three times what the stage spends, since the stage encodes the
+answer's short claims in a call of their own.) The figure is the p99 over candidates of
+latency / (2 x encode + 50 ms), goal <= 1; p50/p99 in milliseconds come with it, and what
+the ladder adds beyond each candidate's encode (its Kafka hops and every stage's own work).
 
 Every candidate sent, warm-up included, has a context and an answer no other one has: a
 text the geometry worker has embedded before comes from its cache, and the figure would
@@ -17,12 +25,15 @@ fewer such candidates than the rate and duration ask for, fewer are sent (`notes
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from topics.names import Topic
-from workers.bench.data import retag, texts_per_stage_batch
+from workers.bench.data import retag
 from workers.bench.kafka import through
 from workers.bench.ladder import candidates, source_name
 from workers.bench.procs import BenchError, bench
@@ -30,6 +41,7 @@ from workers.bench.report import Result
 
 POOL = 800
 WARMUP = 5
+SLACK_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -51,21 +63,56 @@ def accepted(pool: list[dict]) -> list[dict]:
     return [c for c in pool if outcomes.get(c["id"], {}).get("write_to_state")]
 
 
-def encode_ms(rows: list[dict]) -> float:
-    """Median milliseconds of one uncached encode of each candidate's texts."""
+class StageEncodeTimer:
+    """The stage's encoder as `score_batch` uses it (a content cache in front of the model),
+    with a cache of its own, emptied per candidate, and the seconds spent in model calls."""
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self.cache: dict[str, np.ndarray] = {}
+        self.seconds = 0.0
+
+    def windows(self, text: str) -> list[str]:
+        return self.encoder.windows(text)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        if missing:
+            started = time.perf_counter()
+            rows = self.encoder.encode_uncached(missing)
+            self.seconds += time.perf_counter() - started
+            self.cache.update(zip(missing, rows, strict=True))
+        return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 0))
+
+
+def encode_ms(rows: list[dict]) -> dict[str, float]:
+    """Milliseconds of encoder time the geometry stage spends on each candidate alone, by id."""
+    from pipeline.domain import task_of
     from pipeline.encoder import load_encoder
+    from pipeline.scoring import score_batch
+    from workers.clients.claims import load_head
     from workers.runtime.settings import Settings
 
     settings = Settings.from_env()
-    encoder = load_encoder(settings.load_policy().encoder_model, settings.encoder_backend)
-    times = []
-    encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
+    policy = settings.load_policy()
+    timer = StageEncodeTimer(load_encoder(policy.encoder_model, settings.encoder_backend))
+    timer.encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
+    out = {}
     for c in rows:
-        (texts,) = texts_per_stage_batch(encoder, [c], 1)
-        started = time.perf_counter()
-        encoder.encode_uncached(texts)
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        context = c.get("context")
+        chunks = None if context is None else (context,) if isinstance(context, str) else context
+        timer.cache.clear()
+        timer.seconds = 0.0
+        score_batch(
+            [(c["question"], chunks, c["response"])],
+            timer,
+            None,
+            policy.grounding,
+            [task_of(c.get("metadata"))],
+            load_head(),
+        )
+        out[c["id"]] = timer.seconds * 1000
+    return out
 
 
 def one_per_context(rows: list[dict]) -> list[dict]:
@@ -106,16 +153,26 @@ def run(opts: Options) -> Result:
         )
         b.stop()
         peaks = dict(b.peaks)
-    latencies = [(arrived[k] - sent[k]) * 1000 for k in sent]
-    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
-    goal = 2 * encode + 50
+    latencies = {k: (arrived[k] - sent[k]) * 1000 for k in sent}
+    over_goal = [latencies[k] / (2 * encode[k] + SLACK_MS) for k in latencies]
+    values = list(latencies.values())
+    ladder = [latencies[k] - encode[k] for k in latencies]  # what the ladder adds to the encode
     return Result(
         "latency",
-        p99,
-        round(goal, 1),
-        "ms",
+        percentile(over_goal, 0.99),
+        1.0,
+        "x",
         lower_is_better=True,
-        rates={"p50 ms": p50, "p99 ms": p99, "max ms": max(latencies), "one encode ms": encode},
+        rates={
+            "p50 ms": percentile(values, 0.5),
+            "p99 ms": percentile(values, 0.99),
+            "max ms": max(values),
+            "one encode p50 ms": percentile(list(encode.values()), 0.5),
+            "one encode p99 ms": percentile(list(encode.values()), 0.99),
+            "latency/goal p50": percentile(over_goal, 0.5),
+            "ladder beyond the encode p50 ms": percentile(ladder, 0.5),
+            "ladder beyond the encode p99 ms": percentile(ladder, 0.99),
+        },
         notes={
             "rate": opts.rate,
             "candidates": total,
