@@ -32,7 +32,6 @@ Failure posture
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import ScoringError
+from pipeline.memo import text_memo
 from pipeline.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
 
 __all__ = [
@@ -142,7 +142,7 @@ def _words(text: str) -> list[str]:
     return [m.group(0).lower().replace("’", "'") for m in _WORD_RE.finditer(text)]
 
 
-@functools.lru_cache(maxsize=4096)
+@text_memo()
 def _content_keys(text: str) -> frozenset[str]:
     """Stems of content words (and numbers, commas dropped) — the cheap lexical view.
     Cached: every claim of an answer is ranked against the same windows."""

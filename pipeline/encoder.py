@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.memo import TextMemo
+
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 WINDOW_OVERLAP_TOKENS = 32
 """Tokens shared by neighbouring windows, so a fact cut at a boundary is seen whole once."""
@@ -107,7 +109,7 @@ class SentenceEncoder:
         self._cache_size = cache_size
         # A context's windows are asked for by every candidate that shares it (SGI, the
         # claim head's statements): tokenising it once per process is enough.
-        self._windows = lru_cache(maxsize=4096)(self._split)
+        self._windows = TextMemo(self._split)
         self.cache_lookups = 0  # texts asked for; with cache_hits, the workers' hit rate
         self.cache_hits = 0
 

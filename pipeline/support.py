@@ -43,8 +43,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
+from types import MappingProxyType
 
 from pipeline.errors import ScoringError
+from pipeline.memo import text_memo
 
 __all__ = [
     "LOCAL_WINDOW",
@@ -217,8 +219,7 @@ def _surface(word: str) -> str:
     return low.rstrip("'")
 
 
-@functools.lru_cache(maxsize=65536)
-def stem(word: str) -> str:
+def _stem(word: str) -> str:
     """Lower-case, strip a possessive and light suffixes.
 
     Deterministic, and inflected forms meet their base: ``files``/``file``,
@@ -248,12 +249,22 @@ def stem(word: str) -> str:
     return w
 
 
-@functools.lru_cache(maxsize=4096)
+_stem_cached = functools.lru_cache(maxsize=65536)(_stem)
+_STEM_CACHE_CHARS = 64
+
+
+def stem(word: str) -> str:
+    """`_stem` of ``word``, cached for words of ordinary length: a megabyte-long "word" of
+    a hostile answer is stemmed but not kept."""
+    return _stem_cached(word) if len(word) <= _STEM_CACHE_CHARS else _stem(word)
+
+
+@text_memo()
 def _tokens(text: str) -> tuple[_Token, ...]:
     """The tokens of ``text``. Cached: one candidate's context is read three times (support,
     bigrams, trigrams), the claim head reads every context statement once per claim, and
-    the turns of a RAG session often share their source. Sized for a stage batch: 64
-    candidates' claims, statements and windows."""
+    the turns of a RAG session often share their source. Bounded by characters held
+    (`pipeline.memo`), about a stage batch's claims, statements and windows."""
     out: list[_Token] = []
     for m in _TOKEN_RE.finditer(text):
         if m.group("num") is not None:
@@ -280,7 +291,7 @@ def _is_content(tok: _Token) -> bool:
     return len(tok.surface) >= _MIN_CONTENT_LEN and tok.surface not in _UNCOUNTED
 
 
-@functools.lru_cache(maxsize=4096)
+@text_memo()
 def _sentences(text: str) -> tuple[tuple[int, int], ...]:
     """Character bounds of ``text``'s sentences. Cached like `_tokens`, for the same texts."""
     bounds: list[tuple[int, int]] = []
@@ -442,14 +453,13 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
     )
 
 
-@functools.lru_cache(maxsize=1024)
+@text_memo()
 def _context_index(
     chunks: tuple[str, ...],
-) -> tuple[frozenset[str], frozenset[str], dict[str, frozenset[int]]]:
+) -> tuple[frozenset[str], frozenset[str], Mapping[str, frozenset[int]]]:
     """The context's word keys, number keys, and for each key the indexes of the source
     sentences (over all chunks, in order) that hold it. Cached: the claim head measures
-    every claim against the same windows, and a session's turns share their source.
-    Callers must not mutate the returned mapping."""
+    every claim against the same windows, and a session's turns share their source."""
     words: set[str] = set()
     numbers: set[str] = set()
     sentences_of: dict[str, set[int]] = {}
@@ -461,7 +471,7 @@ def _context_index(
             (numbers if tok.kind is _Kind.NUMBER else words).add(tok.key)
             sentences_of.setdefault(tok.key, set()).add(n_sentences + k)
         n_sentences += max(len(bounds), 1)
-    frozen = {key: frozenset(found) for key, found in sentences_of.items()}
+    frozen = MappingProxyType({key: frozenset(found) for key, found in sentences_of.items()})
     return frozenset(words), frozenset(numbers), frozen
 
 
