@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from topics.codec import dumps
 from workers.bench.data import retag, shared_context_candidates, unique_candidates
 from workers.bench.kafka import candidate_id, decided_by
-from workers.bench.latency import StageEncodeTimer, one_per_context, percentile
+from workers.bench.latency import one_per_context, percentile
 from workers.bench.procs import MIB, descendants, vm_hwm
 from workers.bench.report import Result, memory_goal
 from workers.bench.switch import steady_rate
@@ -124,25 +122,3 @@ def test_latency_sends_no_context_twice():
         {"id": "g", "context": ["three", "four"], "response": "u"},
     ]
     assert [r["id"] for r in one_per_context(rows)] == ["a", "d", "g"]
-
-
-def test_latency_times_only_the_model_calls_the_stage_would_make():
-    calls: list[list[str]] = []
-
-    class Model:
-        def encode_uncached(self, texts):
-            calls.append(list(texts))
-            return np.array([[float(len(t)), 1.0] for t in texts])
-
-        def windows(self, text):
-            return [text]
-
-    timer = StageEncodeTimer(Model())
-    rows = timer.encode(["aa", "b", "aa"])
-    assert calls == [["aa", "b"]]  # each text once, as the stage's cache does
-    assert rows[:, 0].tolist() == [2.0, 1.0, 2.0]
-    timer.encode(["b"])
-    assert len(calls) == 1 and timer.seconds > 0
-    timer.cache.clear()
-    timer.encode(["b"])
-    assert calls[-1] == ["b"]

@@ -103,3 +103,19 @@ def test_an_image_can_keep_its_export_outside_the_cache(monkeypatch, tmp_path):
     assert cache_root() == tmp_path / "xdg" / "groundstream" / "onnx"
     monkeypatch.setenv("GROUNDSTREAM_ONNX_DIR", str(tmp_path / "baked"))
     assert cache_root() == tmp_path / "baked"
+
+
+def test_model_time_counts_only_texts_the_cache_misses(encoders):
+    # `bench latency`'s one encode: the model time of scoring one candidate from an empty cache.
+    torch_enc, _ = encoders
+    torch_enc.clear_cache()
+    before = torch_enc.model_seconds
+    torch_enc.encode(["A first text.", "A second text.", "A first text."])
+    spent = torch_enc.model_seconds - before
+    assert spent > 0
+    torch_enc.encode(["A second text."])
+    assert torch_enc.model_seconds - before == spent  # served from the cache
+    torch_enc.clear_cache()
+    hits = torch_enc.cache_hits
+    torch_enc.encode(["A second text."])
+    assert torch_enc.model_seconds - before > spent and torch_enc.cache_hits == hits

@@ -76,6 +76,12 @@ def run(opts: Options) -> Result:
             )  # fmt: skip
             return seconds
 
+        def raw_round(encoder: SentenceEncoder, batches: list[list], r: int) -> float:
+            return raw_seconds(encoder, batches[r], pool)
+
+        def stage_round(backend: str, r: int) -> float:
+            return stage_seconds(cut[r], f"{backend}{r}")
+
         for backend in opts.backends:
             # The worker's own model batching (`pipeline.encoder.ENCODE_BATCH`), not the
             # stage batch: the raw side encodes as the stage's encoder does.
@@ -87,8 +93,8 @@ def run(opts: Options) -> Result:
             stage_seconds(warm, f"w{backend}")
             raw, stage = alternate(
                 opts.rounds,
-                partial(lambda e, texts, r: raw_seconds(e, texts[r], pool), encoder, batches),
-                partial(lambda tag, r: stage_seconds(cut[r], f"{tag}{r}"), backend),
+                partial(raw_round, encoder, batches),
+                partial(stage_round, backend),
             )
             b.stop(tag)
             rates[f"raw {backend}/s"] = opts.n / sum(raw)

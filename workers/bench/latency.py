@@ -25,12 +25,7 @@ fewer such candidates than the rate and duration ask for, fewer are sent (`notes
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from topics.names import Topic
 from workers.bench.data import retag
@@ -63,28 +58,6 @@ def accepted(pool: list[dict]) -> list[dict]:
     return [c for c in pool if outcomes.get(c["id"], {}).get("write_to_state")]
 
 
-class StageEncodeTimer:
-    """The stage's encoder as `score_batch` uses it (a content cache in front of the model),
-    with a cache of its own, emptied per candidate, and the seconds spent in model calls."""
-
-    def __init__(self, encoder: Any) -> None:
-        self.encoder = encoder
-        self.cache: dict[str, np.ndarray] = {}
-        self.seconds = 0.0
-
-    def windows(self, text: str) -> list[str]:
-        return self.encoder.windows(text)
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
-        if missing:
-            started = time.perf_counter()
-            rows = self.encoder.encode_uncached(missing)
-            self.seconds += time.perf_counter() - started
-            self.cache.update(zip(missing, rows, strict=True))
-        return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 0))
-
-
 def encode_ms(rows: list[dict]) -> dict[str, float]:
     """Milliseconds of encoder time the geometry stage spends on each candidate alone, by id."""
     from pipeline.domain import task_of
@@ -95,23 +68,23 @@ def encode_ms(rows: list[dict]) -> dict[str, float]:
 
     settings = Settings.from_env()
     policy = settings.load_policy()
-    timer = StageEncodeTimer(load_encoder(policy.encoder_model, settings.encoder_backend))
-    timer.encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
+    encoder = load_encoder(policy.encoder_model, settings.encoder_backend)
+    encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
     out = {}
     for c in rows:
         context = c.get("context")
         chunks = None if context is None else (context,) if isinstance(context, str) else context
-        timer.cache.clear()
-        timer.seconds = 0.0
+        encoder.clear_cache()
+        before = encoder.model_seconds
         score_batch(
             [(c["question"], chunks, c["response"])],
-            timer,
+            encoder,
             None,
             policy.grounding,
             [task_of(c.get("metadata"))],
             load_head(),
         )
-        out[c["id"]] = timer.seconds * 1000
+        out[c["id"]] = (encoder.model_seconds - before) * 1000
     return out
 
 
