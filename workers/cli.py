@@ -290,6 +290,13 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
     show_default=True,
     help="Largest share of ungrounded answers among those auto-accepted.",
 )
+@click.option(
+    "--max-accept-error-long",
+    type=float,
+    default=None,
+    help="The bound for long-form answers (several sentences, or a source longer than one"
+    " encoder window) when it differs; default: --max-accept-error.",
+)
 @click.option("--limit", type=int, default=None, help="Read at most N records per file.")
 def calibrate(
     data: tuple[Path, ...],
@@ -300,6 +307,7 @@ def calibrate(
     since: str | None,
     reference: Path | None,
     max_accept_error: float,
+    max_accept_error_long: float | None,
     limit: int | None,
 ) -> None:
     """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file.
@@ -313,7 +321,15 @@ def calibrate(
     from workers.eval.calibration import calibrate_route
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
+    for name, bound in (
+        ("--max-accept-error", max_accept_error),
+        ("--max-accept-error-long", max_accept_error_long),
+    ):
+        if bound is not None and not 0.0 <= bound < 1.0:
+            raise click.BadParameter(f"{bound} is not a share in [0, 1)", param_hint=name)
     if from_decisions:
+        if max_accept_error_long is not None:
+            raise click.UsageError("--max-accept-error-long applies to fits on DATA")
         if data:
             raise click.UsageError("--from-decisions takes its labels from Kafka, not DATA")
         _calibrate_from_decisions(out_file, route, since, max_accept_error, command)
@@ -333,6 +349,7 @@ def calibrate(
                 encoder=default_encoder(),
                 command=command,
                 tasks=tasks,
+                max_accept_error_long=max_accept_error_long,
             )
         except PolicyError as exc:
             raise click.UsageError(str(exc)) from None
@@ -358,6 +375,7 @@ def calibrate(
             encoder=default_encoder(),
             command=command,
             progress=progress,
+            max_accept_error_long=max_accept_error_long,
         )
     t = policy["thresholds"]
     click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")

@@ -88,17 +88,28 @@ def long_rows(x: np.ndarray) -> np.ndarray:
 
 
 def regime_cuts(
-    p: np.ndarray, y: np.ndarray, long: np.ndarray, max_accept_error: float
+    p: np.ndarray,
+    y: np.ndarray,
+    long: np.ndarray,
+    max_accept_error: float,
+    max_accept_error_long: float | None = None,
 ) -> tuple[Cuts, Cuts]:
     """The cuts of short and of long-form answers, each fitted on its own examples: a
     one-sentence answer to a passage and a summary of a long source are different
-    populations, and one cut over both lets the easy one subsidise the other's errors."""
+    populations, and one cut over both lets the easy one subsidise the other's errors.
+    `max_accept_error_long` bounds the long-form regime's accepts (None: the same bound);
+    a regime too small for cuts of its own takes the pooled cuts at the short bound."""
     pooled = fit_cuts(p, y, max_accept_error)
+    bounds = (max_accept_error, _long_bound(max_accept_error, max_accept_error_long))
     out = []
-    for mask in (~long, long):
+    for mask, bound in zip((~long, long), bounds, strict=True):
         enough = mask.sum() >= REGIME_MIN and y[mask].any() and (~y[mask]).any()
-        out.append(fit_cuts(p[mask], y[mask], max_accept_error) if enough else pooled)
+        out.append(fit_cuts(p[mask], y[mask], bound) if enough else pooled)
     return out[0], out[1]
+
+
+def _long_bound(max_accept_error: float, max_accept_error_long: float | None) -> float:
+    return max_accept_error if max_accept_error_long is None else max_accept_error_long
 
 
 def accepted_by(p: np.ndarray, long: np.ndarray, cuts: tuple[Cuts, Cuts]) -> np.ndarray:
@@ -133,12 +144,18 @@ def operating_point(p: np.ndarray, y: np.ndarray, accept: float) -> tuple[float,
 
 
 def _fit_with_cuts(
-    x: np.ndarray, y: np.ndarray, groups: np.ndarray, max_accept_error: float, l2: float
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    max_accept_error: float,
+    l2: float,
+    max_accept_error_long: float | None = None,
 ) -> tuple[np.ndarray, float, np.ndarray, tuple[Cuts, Cuts]]:
     """Coefficients, intercept, fitted probabilities, and the (short, long-form) cuts."""
     coefficients, intercept = fit_logistic(x, y, _balanced_weights(groups), l2)
     p = _probability(x, coefficients, intercept)
-    return coefficients, intercept, p, regime_cuts(p, y, long_rows(x), max_accept_error)
+    cuts = regime_cuts(p, y, long_rows(x), max_accept_error, max_accept_error_long)
+    return coefficients, intercept, p, cuts
 
 
 def _fold_of(key: str, folds: int) -> int:
@@ -161,6 +178,7 @@ def cross_validate(
     folds: int,
     max_accept_error: float,
     l2: float,
+    max_accept_error_long: float | None = None,
 ) -> dict[str, float]:
     """Out-of-fold figures of the whole fitting procedure, cuts included.
 
@@ -177,7 +195,7 @@ def cross_validate(
         if not test.any() or len(np.unique(y[train])) < 2:
             continue
         coefficients, intercept, _, cuts = _fit_with_cuts(
-            x[train], y[train], groups[train], max_accept_error, l2
+            x[train], y[train], groups[train], max_accept_error, l2, max_accept_error_long
         )
         p[test] = _probability(x[test], coefficients, intercept)
         accepted[test] = accepted_by(p[test], long_rows(x[test]), cuts)
@@ -199,6 +217,7 @@ def fit_grounding(
     contexts: Sequence[str] | None = None,
     folds: int = 5,
     max_accept_error: float = 0.05,
+    max_accept_error_long: float | None = None,
     l2: float = 1.0,
     shapes: Sequence[Mapping[str, float]] | None = None,
     tasks: Sequence[str | None] | None = None,
@@ -207,8 +226,9 @@ def fit_grounding(
 
     Each group (one data file) gets the same total weight. `review` is the Youden cut of
     the fitted probability; `accept` the lowest cut at or above it whose accepted set holds
-    at most `max_accept_error` ungrounded examples — the same rules `fit_thresholds` uses
-    for SGI. With `contexts` (one string per row naming its source) the metrics also hold
+    at most `max_accept_error` ungrounded examples (long-form answers:
+    `max_accept_error_long`, when given) — the same rules `fit_thresholds` uses for SGI.
+    With `contexts` (one string per row naming its source) the metrics also hold
     `folds`-fold cross-validated figures, grouped by context (see `cross_validate`).
     The model records its domain: the range of every feature, and of each row's `shapes`
     (`pipeline.domain.shape_inputs`) and the task kinds in `tasks`, when given.
@@ -216,7 +236,9 @@ def fit_grounding(
     y = np.asarray(labels, dtype=bool)
     x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
     group = np.asarray(groups)
-    coefficients, intercept, p, cuts = _fit_with_cuts(x, y, group, max_accept_error, l2)
+    coefficients, intercept, p, cuts = _fit_with_cuts(
+        x, y, group, max_accept_error, l2, max_accept_error_long
+    )
     (accept, review, nothing), (accept_long, review_long, nothing_long) = cuts
     accepted = accepted_by(p, long_rows(x), cuts)
     metrics: dict[str, float] = {"auroc_in_sample": auroc(p, y), "n": float(len(y))}
@@ -228,7 +250,14 @@ def fit_grounding(
     if contexts is not None and folds > 1:
         metrics.update(
             cross_validate(
-                x, y, group, contexts, folds=folds, max_accept_error=max_accept_error, l2=l2
+                x,
+                y,
+                group,
+                contexts,
+                folds=folds,
+                max_accept_error=max_accept_error,
+                l2=l2,
+                max_accept_error_long=max_accept_error_long,
             )
         )
     inputs = [
@@ -244,6 +273,7 @@ def fit_grounding(
             "accepts_nothing": float(nothing),
             "accepts_nothing_long": float(nothing_long),
             "max_accept_error": max_accept_error,
+            "max_accept_error_long": _long_bound(max_accept_error, max_accept_error_long),
         },
         Domain.fitted(inputs, tasks or ()),
     )

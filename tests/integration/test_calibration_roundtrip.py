@@ -25,6 +25,8 @@ def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
         str(FIXTURES / "reference_pairs.csv"),
         "--max-accept-error",
         "0.1",
+        "--max-accept-error-long",
+        "0.2",
         "--out",
         str(policy_path),
     )
@@ -40,6 +42,9 @@ def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
     assert policy.grounding is not None
     assert policy.calibration["n"] == 20
     assert "labelled.jsonl" in policy.calibration["data"]
+    # Long-form answers were fitted to their own bound, and the policy says so.
+    assert policy.calibration["max_accept_error_long"] == 0.2
+    assert metrics["max_accept_error_long"] == 0.2
     t = policy.thresholds
     assert t.sgi_review <= t.sgi_strong_pass and t.grounding_review <= t.grounding_accept
 

@@ -336,3 +336,30 @@ class TestCalibrateTask:
         assert result.exit_code == 2
         assert "--task needs --route" in result.output
         assert not (tmp_path / "p.toml").exists()
+
+    @pytest.mark.parametrize("bound", ["1.5", "-0.1"])
+    def test_a_long_form_bound_outside_a_share_names_the_option(self, tmp_path, bound) -> None:
+        data = tmp_path / "d.jsonl"
+        data.write_text("{}\n")
+        out = tmp_path / "p.toml"
+        result = CliRunner().invoke(
+            main, ["calibrate", str(data), "--max-accept-error-long", bound, "--out", str(out)]
+        )
+        assert result.exit_code == 2
+        assert "--max-accept-error-long" in result.output and "[0, 1)" in result.output
+        assert not out.exists()
+
+    def test_the_long_form_bound_is_refused_with_reviewers_verdicts(self, tmp_path) -> None:
+        result = CliRunner().invoke(
+            main,
+            [
+                "calibrate",
+                "--from-decisions",
+                "--max-accept-error-long",
+                "0.1",
+                "--out",
+                str(tmp_path / "p.toml"),
+            ],
+        )
+        assert result.exit_code == 2
+        assert "--max-accept-error-long applies to fits on DATA" in result.output

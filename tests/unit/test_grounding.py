@@ -8,7 +8,7 @@ import pytest
 from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead
 from pipeline.claims import ClaimSupport, answer_core
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.fit.grounding import fit_grounding, fit_logistic
+from pipeline.fit.grounding import accepted_by, fit_grounding, fit_logistic, regime_cuts
 from pipeline.fit.metrics import auroc
 from pipeline.grounding import (
     BASE_FEATURES,
@@ -171,6 +171,29 @@ class TestFitGrounding:
         assert m["f.cv_auroc"] > 0.85
         assert 0.0 < m["f.cv_accept_rate_grounded"] <= 1.0
         assert m["f.cv_accept_error"] < 0.15
+
+    def test_long_form_answers_can_have_their_own_accept_error_bound(self) -> None:
+        # Short answers separate cleanly; long-form ones overlap. A looser long-form bound
+        # lowers only the long-form accept cut, and that regime's accepts respect it.
+        rng = np.random.default_rng(7)
+        p = np.concatenate([rng.random(400), rng.random(400)])
+        long = np.arange(800) >= 400
+        y = np.where(long, rng.random(800) < p, p > 0.3)
+        same = regime_cuts(p, y, long, 0.05)
+        own = regime_cuts(p, y, long, 0.05, max_accept_error_long=0.15)
+        assert own[0] == same[0]
+        assert own[1][0] < same[1][0]
+        accepted = long & accepted_by(p, long, own)
+        assert 0.05 < (~y[accepted]).mean() <= 0.15
+
+    def test_the_long_form_bound_is_recorded_and_defaults_to_the_short_one(self) -> None:
+        rows, labels = self.learnable(200)
+        assert fit_grounding(rows, labels, ["f"] * 200).model.metrics[
+            "max_accept_error_long"
+        ] == pytest.approx(0.05)
+        fit = fit_grounding(rows, labels, ["f"] * 200, max_accept_error_long=0.08)
+        assert fit.model.metrics["max_accept_error_long"] == pytest.approx(0.08)
+        assert fit.model.metrics["max_accept_error"] == pytest.approx(0.05)
 
     def test_without_contexts_there_are_no_cross_validated_figures(self) -> None:
         rows, labels = self.learnable(100)

@@ -115,6 +115,7 @@ def fit_examples(
     max_accept_error: float,
     encoder: SentenceEncoder,
     progress: Progress | None = None,
+    max_accept_error_long: float | None = None,
 ) -> tuple[FitResult, GroundingFit | None]:
     """The SGI / DGI cuts and the grounding model (with its cuts and domain) fitted on
     labelled examples: the one procedure behind `calibrate`, `--route` and
@@ -158,10 +159,17 @@ def fit_examples(
             [e.group for e in with_ctx],
             contexts=["\n".join(e.context or ()) for e in with_ctx],
             max_accept_error=max_accept_error,
+            max_accept_error_long=max_accept_error_long,
             shapes=[shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
             tasks=[e.task for e in with_ctx],
         )
     return fit, grounding
+
+
+def _long_bound_entry(max_accept_error_long: float | None) -> dict[str, float]:
+    """The long-form regime's own accept-error bound, as the policy records it (nothing
+    when the fit used one bound for both regimes)."""
+    return {} if max_accept_error_long is None else {"max_accept_error_long": max_accept_error_long}
 
 
 def grounding_cut_table(short: tuple[float, float], long: tuple[float, float]) -> dict[str, float]:
@@ -203,13 +211,19 @@ def calibrate(
     encoder: SentenceEncoder,
     command: str,
     progress: Progress | None = None,
+    max_accept_error_long: float | None = None,
 ) -> dict[str, Any]:
     """Fit and write a policy file; returns the fitted sections for the CLI to print."""
     started = time.time()
     examples = [e for path in data for e in examples_from(path, limit)]
     mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
     fit, grounding = fit_examples(
-        examples, mu=mu, max_accept_error=max_accept_error, encoder=encoder, progress=progress
+        examples,
+        mu=mu,
+        max_accept_error=max_accept_error,
+        encoder=encoder,
+        progress=progress,
+        max_accept_error_long=max_accept_error_long,
     )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}
@@ -221,6 +235,7 @@ def calibrate(
             sorted(hashes.items()),
             limit,
             max_accept_error,
+            *(() if max_accept_error_long is None else (max_accept_error_long,)),
             encoder.model_id,
             reference and file_sha256(reference),
         )
@@ -243,6 +258,7 @@ def calibrate(
             "n": fit.n,
             "limit_per_file": limit or 0,
             "max_accept_error": max_accept_error,
+            **_long_bound_entry(max_accept_error_long),
             "seconds": round(time.time() - started, 1),
             "fit": _clean(dict(fit.metrics)),
         },
@@ -353,6 +369,7 @@ def calibrate_route(
     command: str,
     progress: Progress | None = None,
     tasks: Sequence[str] = (),
+    max_accept_error_long: float | None = None,
 ) -> dict[str, Any]:
     """`calibrate --route ROUTE`: fit a route's own grounding model and cuts on DATA and
     write them into the existing policy `out` (`write_fit`); returns the route's
@@ -365,7 +382,12 @@ def calibrate_route(
         if not examples:
             raise PolicyError("--task", ", ".join(tasks), "a task kind the data names")
     fit, grounding = fit_examples(
-        examples, mu=None, max_accept_error=max_accept_error, encoder=encoder, progress=progress
+        examples,
+        mu=None,
+        max_accept_error=max_accept_error,
+        encoder=encoder,
+        progress=progress,
+        max_accept_error_long=max_accept_error_long,
     )
     sections = fitted_sections(fit, grounding)
     provenance = {
@@ -374,6 +396,7 @@ def calibrate_route(
         "data": {p.name: {"sha256": file_sha256(p)} for p in data},
         "n": fit.n,
         "max_accept_error": max_accept_error,
+        **_long_bound_entry(max_accept_error_long),
         "seconds": round(time.time() - started, 1),
         "fit": _clean(dict(fit.metrics)),
     }
