@@ -3,13 +3,12 @@
 SGI alone separates little on realistic RAG answers (they stay on topic), so when a
 context exists the geometry stage also measures what the source supports of what the
 response *says* — content-word coverage, the weakest sentences, unsupported words,
-numbers and names, phrase-level (n-gram) support, the same without word order (whether
-one source sentence holds each pair and triple of neighbouring words), local support
-(whether each sentence's words sit together in a few neighbouring source sentences) and
-the claim-support head's score of the weakest claim (`pipeline.claim_head`) — and a
-logistic model fitted by `groundstream calibrate` turns these into one probability. The
-switch routes on it with the same three zones as SGI (`Thresholds.grounding_accept` /
-`grounding_review`, and the long-form pair for long answers).
+numbers and names, phrase-level (n-gram) support, local support (whether each sentence's
+words sit together in a few neighbouring source sentences) and the claim-support head's
+score of the weakest claim (`pipeline.claim_head`) — and a logistic model fitted by
+`groundstream calibrate` turns these into one probability. The switch routes on it with
+the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`, and the
+long-form pair for long answers).
 
 Content, not form. Every feature but claim support is measured on the answer's *core*
 (`pipeline.claims.answer_core`): what a one-sentence answer adds to its question, without
@@ -26,13 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from pipeline.claims import ClaimSupport
 from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
 from pipeline.results import GroundingScore, SGIResult
-from pipeline.support import cooccurrence_precision, measure_support, ngram_precision
+from pipeline.support import measure_support, ngram_precision
 
 CLAIM_SUPPORT = "claim_support"
 """The claim head's P(supported) of the response's weakest claim (0 when it was not
@@ -52,30 +50,18 @@ BASE_FEATURES: tuple[str, ...] = (
     "local_weak_share",
     CLAIM_SUPPORT,
 )
-SHORT_FORM_FEATURES: Mapping[str, int] = MappingProxyType(
-    {"bigram_cooccurrence": 2, "trigram_cooccurrence": 3}
-)
-"""Phrase support without word order (`pipeline.support.cooccurrence_precision`), read for
-short answers only (as `NAME:short`, 0 for long-form ones): a one-sentence answer whose
-word pairs and triples one source sentence states is stated by the source, whatever the
-order. Against a long source's long sentences pairs co-occur by chance; measured with the
-long-form weights too, it raised the held-out error on RAGTruth's summaries (8.3% to
-15.4% at the same bound) while on short answers it lifted HaluEval QA's cross-validated
-accepts from 71.6% to 97.4% at 4.7% error."""
 LONG_FORM = "long_form"
 FEATURES: tuple[str, ...] = (
     *BASE_FEATURES,
     LONG_FORM,
     *(f"{name}:long" for name in BASE_FEATURES),
-    *(f"{name}:short" for name in SHORT_FORM_FEATURES),
 )
 """Feature order of the model's coefficients. Every base feature also enters once more
 multiplied by `long_form` (1 when the response has several sentences or the context is
 longer than one encoder window). Support means something else for a one-sentence answer
 taken from one passage than for a paraphrasing summary of a long source, where common
 words are found by chance and right answers also use words of their own; the two kinds
-get their own weights instead of one compromise. The `SHORT_FORM_FEATURES` enter for short
-answers only."""
+get their own weights instead of one compromise."""
 
 _CAP = 3  # counts of unsupported numbers and names beyond this add no information
 _WORD_CAP = 6  # nor do unsupported words beyond this
@@ -126,15 +112,10 @@ def grounding_features(
         CLAIM_SUPPORT: 0.0 if claim is None else claim.score,
     }
     long_form = float(len(report.sentence_spans) > 1 or sgi.context_windows > 1)
-    short = {  # not measured for long-form answers: their value is 0 there
-        f"{name}:short": cooccurrence_precision(response, context, n) if not long_form else 0.0
-        for name, n in SHORT_FORM_FEATURES.items()
-    }
     return {
         **base,
         LONG_FORM: long_form,
         **{f"{name}:long": value * long_form for name, value in base.items()},
-        **short,
     }
 
 

@@ -54,7 +54,6 @@ __all__ = [
     "STOP_WORDS",
     "Span",
     "SupportReport",
-    "cooccurrence_precision",
     "measure_support",
     "stem",
 ]
@@ -524,41 +523,3 @@ def ngram_precision(response: str, context: Sequence[str], n: int) -> float:
         return 1.0 if resp and all(w in words for w in resp) else 0.0
     own = list(zip(*(resp[k:] for k in range(n)), strict=False))
     return sum(g in grams for g in own) / len(own)
-
-
-def cooccurrence_precision(response: str, context: Sequence[str], n: int) -> float:
-    """Share of the response's n-grams whose words one source sentence holds together, in
-    any order.
-
-    Phrase support without word order: `ngram_precision` reads "founded by Jane Doe in
-    1987" as weaker than the source's "founded in 1987 by Jane Doe", though both state the
-    same thing; here both score 1.0, while words stitched together from different sentences
-    still score low. N-grams stay inside the response's sentences (a response copying two
-    source sentences is fully supported); a sentence shorter than n counts as one n-gram
-    of all its words. A response without words scores 0.0.
-    """
-    _, _, sentences_of = _context_index(_check_context(context))
-    toks = _tokens(response)
-    per_sentence: dict[int, list[str]] = {}
-    for tok, k in zip(toks, _sentence_index(toks, _sentences(response)), strict=True):
-        per_sentence.setdefault(k, []).append(tok.key)
-    grams = [
-        gram
-        for keys in per_sentence.values()
-        for gram in (
-            zip(*(keys[k:] for k in range(n)), strict=False) if len(keys) >= n else (keys,)
-        )
-    ]
-    if not grams:
-        return 0.0
-    return sum(_stated_together(g, sentences_of) for g in grams) / len(grams)
-
-
-def _stated_together(words: Sequence[str], sentences_of: Mapping[str, AbstractSet[int]]) -> bool:
-    """Whether some source sentence holds every one of ``words``."""
-    common: AbstractSet[int] = sentences_of.get(words[0], frozenset())
-    for word in words[1:]:
-        if not common:
-            return False
-        common = common & sentences_of.get(word, frozenset())
-    return bool(common)

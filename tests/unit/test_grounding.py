@@ -99,15 +99,6 @@ class TestFeatures:
         assert f["weak_sentence_share"] == 0.0  # every word is somewhere in the source
         assert f["local_weak_share"] == pytest.approx(1 / 2)  # but not Douro with ferries
 
-    def test_word_order_free_support_is_read_for_short_answers_only(self) -> None:
-        reordered = features("On the Douro river Porto lies.")  # "Porto lies on the Douro river."
-        assert reordered["trigram_precision"] == pytest.approx(0.5)
-        assert reordered["trigram_cooccurrence:short"] == 1.0
-        assert reordered["bigram_cooccurrence:short"] == 1.0
-        long = features("Porto lies on the Douro river. Ferries stop running at midnight.")
-        assert long[LONG_FORM] == 1.0
-        assert long["bigram_cooccurrence:short"] == long["trigram_cooccurrence:short"] == 0.0
-
 
 def random_rows(rng: np.random.Generator, n: int) -> list[dict[str, float]]:
     return [dict(zip(FEATURES, rng.normal(size=len(FEATURES)), strict=True)) for _ in range(n)]
@@ -139,8 +130,7 @@ class TestFitGrounding:
         rows, labels = self.learnable(600)
         fit = fit_grounding(rows, labels, ["a"] * 600, max_accept_error=0.05)
         p = np.array([fit.model.probability(r) for r in rows])
-        long = np.array([r[LONG_FORM] > 0.5 for r in rows])  # each regime has its own cut
-        accepted = p >= np.where(long, fit.accept_long, fit.accept)
+        accepted = p >= fit.accept
         assert accepted.any()
         assert (~np.asarray(labels)[accepted]).mean() <= 0.05
         assert fit.review <= fit.accept

@@ -7,14 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.errors import ScoringError
-from pipeline.support import (
-    Span,
-    SupportReport,
-    cooccurrence_precision,
-    measure_support,
-    ngram_precision,
-    stem,
-)
+from pipeline.support import Span, SupportReport, measure_support, stem
 
 CONTEXT = (
     "Acme Cloud keeps deleted files for 30 days on the Business plan. "
@@ -351,37 +344,3 @@ class TestProperties:
         before = measure_support(response, [context])
         after = measure_support(response, [context, extra])
         assert after.content_coverage >= before.content_coverage
-
-
-class TestCooccurrencePrecision:
-    SOURCE = ("The company was founded in 1987 by Jane Doe. It moved to Boston in 1990.",)
-
-    def test_a_reordered_claim_keeps_the_support_of_the_source_order(self) -> None:
-        verbatim = cooccurrence_precision("founded in 1987 by Jane Doe", self.SOURCE, 3)
-        reordered = cooccurrence_precision("founded by Jane Doe in 1987", self.SOURCE, 3)
-        assert verbatim == reordered == 1.0
-        # The ordered n-grams read the reordering as weaker: the reason this feature exists.
-        assert ngram_precision("founded by Jane Doe in 1987", self.SOURCE, 3) < 0.5
-
-    def test_words_stitched_from_different_sentences_are_not_stated_together(self) -> None:
-        stitched = cooccurrence_precision("Jane Doe moved to Boston in 1987", self.SOURCE, 3)
-        assert stitched == pytest.approx(2 / 5)  # only "moved to Boston", "to Boston in"
-        assert cooccurrence_precision("moved to Boston in 1990", self.SOURCE, 3) == 1.0
-
-    def test_a_copy_of_two_source_sentences_is_fully_supported(self) -> None:
-        assert cooccurrence_precision(self.SOURCE[0], self.SOURCE, 3) == 1.0
-
-    def test_a_response_shorter_than_n(self) -> None:
-        assert cooccurrence_precision("Boston", self.SOURCE, 3) == 1.0
-        assert cooccurrence_precision("Chicago", self.SOURCE, 3) == 0.0
-        assert cooccurrence_precision("", self.SOURCE, 2) == 0.0
-
-    @given(response=_TEXT, context=st.lists(_TEXT, max_size=3))
-    def test_in_the_unit_interval_and_full_for_the_response_in_its_context(
-        self, response: str, context: list[str]
-    ) -> None:
-        for n in (2, 3):
-            assert 0.0 <= cooccurrence_precision(response, context, n) <= 1.0
-            alone = cooccurrence_precision(response, [*context, response], n)
-            words = cooccurrence_precision(response, [response], 1)
-            assert alone == 1.0 or words == 0.0  # a response without words scores 0
