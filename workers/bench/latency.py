@@ -15,6 +15,9 @@ longest window, about three times what the stage spends, since the stage encodes
 answer's short claims in a call of their own.) The figure is the p99 over candidates of
 latency / (2 x encode + 50 ms), goal <= 1; p50/p99 in milliseconds come with it, and what
 the ladder adds beyond each candidate's encode (its Kafka hops and every stage's own work).
+The pool holds few accepted candidates of distinct contexts (about 40 of RAGTruth's), and
+over fewer than 100 the p99 is the largest one: the p90 of the ratio comes with it as the
+steadier tail (`notes` give the count).
 
 Every candidate sent, warm-up included, has a context and an answer no other one has: a
 text the geometry worker has embedded before comes from its cache, and the figure would
@@ -143,6 +146,7 @@ def run(opts: Options) -> Result:
             "one encode p50 ms": percentile(list(encode.values()), 0.5),
             "one encode p99 ms": percentile(list(encode.values()), 0.99),
             "latency/goal p50": percentile(over_goal, 0.5),
+            "latency/goal p90": percentile(over_goal, 0.9),
             "ladder beyond the encode p50 ms": percentile(ladder, 0.5),
             "ladder beyond the encode p99 ms": percentile(ladder, 0.99),
         },
