@@ -317,6 +317,7 @@ def calibrate(
     from rich.progress import Progress
 
     from pipeline.encoder import default_encoder
+    from pipeline.fit.calibrate import check_accept_error
     from workers.eval.calibration import calibrate as fit
     from workers.eval.calibration import calibrate_route
 
@@ -325,8 +326,10 @@ def calibrate(
         ("--max-accept-error", max_accept_error),
         ("--max-accept-error-long", max_accept_error_long),
     ):
-        if bound is not None and not 0.0 <= bound < 1.0:
-            raise click.BadParameter(f"{bound} is not a share in [0, 1)", param_hint=name)
+        try:  # before minutes of encoding, not after
+            check_accept_error(name, max_accept_error if bound is None else bound)
+        except PolicyError as exc:
+            raise click.BadParameter(str(exc), param_hint=name) from None
     if from_decisions:
         if max_accept_error_long is not None:
             raise click.UsageError("--max-accept-error-long applies to fits on DATA")

@@ -139,6 +139,12 @@ def _rate(mask: np.ndarray) -> float | None:
     return float(mask.mean()) if mask.size else None
 
 
+def check_accept_error(name: str, value: object) -> None:
+    """Raise :class:`PolicyError` naming ``name`` unless ``value`` is a share in [0, 1)."""
+    if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value < 1.0):
+        raise PolicyError(name, value, "a share in [0, 1)")
+
+
 def strong_pass_cut(
     scores: np.ndarray, labels: np.ndarray, floor: float, max_accept_error: float
 ) -> tuple[float, bool]:
@@ -180,8 +186,7 @@ def fit_thresholds_from_scores(
             is not finite or a label is not a bool.
         PolicyError: ``max_accept_error`` outside ``[0, 1)``.
     """
-    if not (isinstance(max_accept_error, int | float) and 0.0 <= max_accept_error < 1.0):
-        raise PolicyError("max_accept_error", max_accept_error, "a share in [0, 1)")
+    check_accept_error("max_accept_error", max_accept_error)
     sgi, dgi = list(sgi), list(dgi)
     if not sgi and not dgi:
         raise ScoringError("cannot fit thresholds: no SGI and no DGI examples")

@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.domain import Domain
 from pipeline.errors import ScoringError
-from pipeline.fit.calibrate import strong_pass_cut
+from pipeline.fit.calibrate import check_accept_error, strong_pass_cut
 from pipeline.fit.metrics import auroc, youden_threshold
 from pipeline.grounding import FEATURES, LONG_FORM, GroundingModel
 
@@ -233,6 +233,9 @@ def fit_grounding(
     The model records its domain: the range of every feature, and of each row's `shapes`
     (`pipeline.domain.shape_inputs`) and the task kinds in `tasks`, when given.
     """
+    check_accept_error("max_accept_error", max_accept_error)
+    if max_accept_error_long is not None:
+        check_accept_error("max_accept_error_long", max_accept_error_long)
     y = np.asarray(labels, dtype=bool)
     x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
     group = np.asarray(groups)

@@ -196,6 +196,12 @@ class TestFitGrounding:
         assert fit.model.metrics["max_accept_error_long"] == pytest.approx(0.08)
         assert fit.model.metrics["max_accept_error"] == pytest.approx(0.05)
 
+    @pytest.mark.parametrize("bound", [1.0, -0.01, True])
+    def test_a_long_form_bound_outside_a_share_is_refused(self, bound) -> None:
+        rows, labels = self.learnable(100)
+        with pytest.raises(PolicyError, match="max_accept_error_long"):
+            fit_grounding(rows, labels, ["f"] * 100, max_accept_error_long=bound)
+
     def test_without_contexts_there_are_no_cross_validated_figures(self) -> None:
         rows, labels = self.learnable(100)
         assert not any("cv_" in k for k in fit_grounding(rows, labels, ["f"] * 100).model.metrics)
