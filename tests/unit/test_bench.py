@@ -7,7 +7,7 @@ import os
 from topics.codec import dumps
 from workers.bench.data import retag, shared_context_candidates, unique_candidates
 from workers.bench.kafka import candidate_id, decided_by
-from workers.bench.latency import one_per_context, percentile
+from workers.bench.latency import encode_ms, one_per_context, percentile
 from workers.bench.procs import MIB, descendants, vm_hwm
 from workers.bench.report import Result, memory_goal
 from workers.bench.switch import steady_rate
@@ -122,3 +122,28 @@ def test_latency_sends_no_context_twice():
         {"id": "g", "context": ["three", "four"], "response": "u"},
     ]
     assert [r["id"] for r in one_per_context(rows)] == ["a", "d", "g"]
+
+
+def test_one_encode_is_measured_per_candidate_as_the_stage_reads_it():
+    # A context given as one string or as chunks, parsed by the ladder's own parser: each
+    # candidate gets the model time of scoring it alone (the cache is emptied between).
+    rows = [
+        {
+            "id": "lat-string",
+            "session_id": "s1",
+            "question": "When did the bridge open?",
+            "context": "The Harlow footbridge opened in 2004. It spans the River Tame.",
+            "response": "It opened in 2004.",
+        },
+        {
+            "id": "lat-chunks",
+            "session_id": "s2",
+            "question": "When did the bridge open?",
+            "context": ["The Harlow footbridge opened in 2004.", "It spans the River Tame."],
+            "response": "It opened in 2004.",
+            "metadata": {"task": "QA"},
+        },
+    ]
+    measured = encode_ms(rows)
+    assert set(measured) == {"lat-string", "lat-chunks"}
+    assert all(ms > 0 for ms in measured.values())

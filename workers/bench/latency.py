@@ -66,6 +66,7 @@ def encode_ms(rows: list[dict]) -> dict[str, float]:
     from pipeline.domain import task_of
     from pipeline.encoder import load_encoder
     from pipeline.scoring import score_batch
+    from topics.schema import candidate_from_dict
     from workers.clients.claims import load_head
     from workers.runtime.settings import Settings
 
@@ -74,20 +75,22 @@ def encode_ms(rows: list[dict]) -> dict[str, float]:
     encoder = load_encoder(policy.encoder_model, settings.encoder_backend)
     encoder.encode_uncached(["warm-up: the first call pays one-time costs"])
     out = {}
-    for c in rows:
-        context = c.get("context")
-        chunks = None if context is None else (context,) if isinstance(context, str) else context
+    for row in rows:
+        # Parsed and routed as the geometry stage does: its chunks, its route's model.
+        c = candidate_from_dict(row)
+        task = task_of(c.metadata)
+        route = c.route or policy.route_serving(task) or settings.default_route
         encoder.clear_cache()
         before = encoder.model_seconds
         score_batch(
-            [(c["question"], chunks, c["response"])],
+            [(c.question, c.context_chunks, c.response)],
             encoder,
             None,
-            policy.grounding,
-            [task_of(c.get("metadata"))],
+            policy.grounding_for(route),
+            [task],
             load_head(),
         )
-        out[c["id"]] = (encoder.model_seconds - before) * 1000
+        out[c.id] = (encoder.model_seconds - before) * 1000
     return out
 
 
