@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import ScoringError
 from pipeline.memo import text_memo
 from pipeline.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
@@ -279,11 +280,8 @@ def _as_json(chunk: str) -> object | None:
 
 def context_statements(context: str | Sequence[str]) -> tuple[tuple[str, ...], ...]:
     """Per chunk, its statements: sentences for prose, ``"path: value"`` for JSON leaves."""
-    chunks = [context] if isinstance(context, str) else list(context)
-    if not all(isinstance(c, str) for c in chunks):
-        raise ScoringError("context must be a string or a sequence of strings")
     out: list[tuple[str, ...]] = []
-    for chunk in chunks:
+    for chunk in context_chunks(context) or ():
         parsed = _as_json(chunk)
         if parsed is not None:
             out.append(tuple(_json_statements(parsed)))
@@ -300,7 +298,7 @@ def split_windows(
     if max_sentences < 1:
         raise ScoringError(f"max_sentences must be at least 1, got {max_sentences}")
     windows: list[Window] = []
-    chunks = [context] if isinstance(context, str) else list(context)
+    chunks = context_chunks(context) or ()
     for c, statements in enumerate(context_statements(context)):
         joint = "; " if _as_json(chunks[c]) is not None else " "
         for first in range(len(statements)):

@@ -34,6 +34,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.validation import config_from_table, finite
 
@@ -514,9 +515,7 @@ def build_sample_request(
     max_tokens: int,
 ) -> dict[str, object]:
     """An OpenAI chat body asking `n` independent answers to `question`."""
-    if isinstance(context, str):
-        context = [context]
-    chunks = [c for c in (context or ()) if c and c.strip()]
+    chunks = [c for c in context_chunks(context) or () if c.strip()]
     if chunks:
         material = "\n\n".join(f"[{k + 1}] {c}" for k, c in enumerate(chunks))
         user = f"Reference material:\n{material}\n\nQuestion: {question}"

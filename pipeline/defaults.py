@@ -19,6 +19,7 @@ import numpy as np
 from pipeline import switch
 from pipeline.check import Check, Score
 from pipeline.check import check as core_check
+from pipeline.chunks import context_chunks
 from pipeline.claim_head import ClaimHead, read_head
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
@@ -91,9 +92,8 @@ def score_candidate(
         if policy.reference is None:
             return DGIResult(0.0, 0.0, 1, True, NO_REFERENCE)
         return compute_dgi(question, response, enc, default_reference())
-    chunks = (context,) if isinstance(context, str) else tuple(context)
     return score_batch(
-        [(question, chunks, response)],
+        [(question, context_chunks(context), response)],
         enc,
         None,
         policy.grounding,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from types import MappingProxyType
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import PolicyError
 from pipeline.validation import config_from_table, finite
 
@@ -160,9 +161,7 @@ def build_judge_messages(
     is it a correct, grounded answer to the question? The three texts travel only inside
     the fenced JSON block.
     """
-    if isinstance(context, str):
-        context = [context]
-    chunks = [str(c) for c in (context or ()) if c is not None and str(c).strip()]
+    chunks = [c for c in context_chunks(context) or () if c.strip()]
     if chunks:
         task = (
             "Is the response fully supported by the context? Answer yes only if every claim "

@@ -48,6 +48,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
+from pipeline.chunks import context_chunks
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.facts import is_artefact
 from pipeline.support import Span, measure_support
@@ -133,12 +134,7 @@ class RuleInput:
             if not isinstance(getattr(self, name), str):
                 raise ScoringError(f"{name} must be a string")
         if self.context is not None:
-            if isinstance(self.context, str) or not isinstance(self.context, Iterable):
-                raise ScoringError("context must be a sequence of strings or None")
-            chunks = tuple(self.context)
-            if not all(isinstance(c, str) for c in chunks):
-                raise ScoringError("context must hold only strings")
-            object.__setattr__(self, "context", chunks)
+            object.__setattr__(self, "context", context_chunks(self.context))
         if not isinstance(self.metadata, Mapping):
             raise ScoringError("metadata must be a mapping")
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

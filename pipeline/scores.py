@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import ScoringError
 from pipeline.results import DGIResult, SGIResult
 from pipeline.thresholds import SGI_DEGENERATE
@@ -143,7 +144,7 @@ def _require_text(name: str, text: object) -> str:
 
 def as_chunks(context: str | Sequence[str]) -> list[str]:
     """A context as a list of non-empty chunks; a plain string is one chunk."""
-    chunks = [context] if isinstance(context, str) else list(context)
+    chunks = list(context_chunks(context) or ())
     if not chunks:
         raise ScoringError("context must be a non-empty string or a non-empty list of strings")
     for i, chunk in enumerate(chunks):

@@ -45,6 +45,7 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from types import MappingProxyType
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import ScoringError
 from pipeline.memo import text_memo
 
@@ -358,17 +359,6 @@ def _names(text: str, toks: Sequence[_Token], starts: frozenset[int]) -> list[tu
 # ----------------------------------------------------------------------------- measure
 
 
-def _check_context(context: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(context, str) or not isinstance(context, Sequence):
-        raise ScoringError(
-            f"context must be a sequence of strings (one per chunk), got {type(context).__name__}"
-        )
-    for i, chunk in enumerate(context):
-        if not isinstance(chunk, str):
-            raise ScoringError(f"context[{i}] must be a string, got {type(chunk).__name__}")
-    return tuple(context)
-
-
 def _span(text: str, start: int, end: int) -> Span:
     return Span(text[start:end], start, end)
 
@@ -383,7 +373,7 @@ def measure_support(response: str, context: Sequence[str], question: str = "") -
         raise ScoringError(f"response must be a string, got {type(response).__name__}")
     if not isinstance(question, str):
         raise ScoringError(f"question must be a string, got {type(question).__name__}")
-    chunks = _check_context(context)
+    chunks = context_chunks(context) or ()
 
     ctx_words, ctx_numbers, ctx_sentences_of = _context_index(chunks)
     q_words: set[str] = set()
@@ -511,7 +501,7 @@ def ngram_precision(response: str, context: Sequence[str], n: int) -> float:
     a fluent sentence that recombines the source's words into a new claim scores lower.
     A response shorter than n tokens scores 1.0 when all its tokens occur, else 0.0.
     """
-    chunks = _check_context(context)
+    chunks = context_chunks(context) or ()
     resp = [t.key for t in _tokens(response)]
     grams: set[tuple[str, ...]] = set()
     words: set[str] = set()

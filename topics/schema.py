@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.chunks import context_chunks
 from pipeline.errors import GroundstreamError
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
@@ -56,9 +57,7 @@ class Candidate:
 
     @property
     def context_chunks(self) -> tuple[str, ...] | None:
-        if self.context is None:
-            return None
-        return (self.context,) if isinstance(self.context, str) else self.context
+        return context_chunks(self.context)
 
     @property
     def chunk_sources(self) -> tuple[str, ...]:

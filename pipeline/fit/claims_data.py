@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.chunks import context_chunks
 from pipeline.claims import context_statements, split_claims, strip_lead_in
 
 __all__ = [
@@ -97,12 +98,6 @@ def _label(record: dict, where: str) -> int:
     return SUPPORTED if label == "right" else UNSUPPORTED
 
 
-def _chunks(context: object) -> tuple[str, ...]:
-    if isinstance(context, str):
-        return (context,)
-    return tuple(str(c) for c in context)  # type: ignore[union-attr]
-
-
 def _span_ranges(response: str, spans: Sequence[str]) -> list[tuple[int, int]]:
     """Where the marked spans lie in the response (exact text, else its first 40 chars)."""
     out: list[tuple[int, int]] = []
@@ -143,7 +138,7 @@ def ragtruth_examples(path: Path) -> list[ClaimExample]:
                 "ragtruth",
                 str(meta.get("group_id", record["id"])),
                 str(meta.get("task", "")),
-                _chunks(record["context"]),
+                context_chunks(record["context"]),
                 tuple(c.text for c in claims),
                 labels,
                 label,
@@ -166,7 +161,7 @@ def begin_examples(path: Path) -> list[ClaimExample]:
             labels = tuple(label for _ in claims)
         else:
             labels = tuple(-1 for _ in claims)
-        context = _chunks(record["context"])
+        context = context_chunks(record["context"])
         out.append(
             ClaimExample(
                 "begin",
@@ -199,7 +194,7 @@ def reviewed_examples(path: Path) -> list[ClaimExample]:
             labels = tuple(label for _ in claims)
         else:
             labels = tuple(-1 for _ in claims)
-        chunks = _chunks(context)
+        chunks = context_chunks(context)
         out.append(
             ClaimExample(
                 "reviewed",

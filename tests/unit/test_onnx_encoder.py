@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.chunks import context_chunks
 from pipeline.encoder import SentenceEncoder
 from pipeline.onnx_encoder import onnx_path
 from topics.codec import loads
@@ -21,8 +22,7 @@ def fixture_texts() -> list[str]:
     texts: list[str] = []
     for line in (FIXTURES / "candidates.jsonl").read_text().splitlines():
         c = loads(line)
-        context = c.get("context") or []
-        chunks = [context] if isinstance(context, str) else list(context)
+        chunks = context_chunks(c.get("context")) or ()
         texts += [t for t in (c.get("question"), c.get("response"), *chunks) if t]
     return texts
 

@@ -284,9 +284,12 @@ class TestLocalCoverage:
 
 
 class TestInputs:
-    def test_bare_string_context_is_refused(self) -> None:
-        with pytest.raises(ScoringError, match="sequence of strings"):
-            measure_support("x", "a whole context")  # type: ignore[arg-type]
+    def test_bare_string_context_is_one_chunk(self) -> None:
+        # Read as one chunk (pipeline.chunks), not as a sequence of one-letter chunks.
+        assert measure_support("Porto", "Porto lies on the Douro.") == measure_support(
+            "Porto", ["Porto lies on the Douro."]
+        )
+        assert measure_support("Porto", "Porto lies on the Douro.").content_coverage == 1.0
 
     def test_non_string_chunk_is_refused(self) -> None:
         with pytest.raises(ScoringError, match=r"context\[1\]"):

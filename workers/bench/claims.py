@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 
+from pipeline.chunks import context_chunks
 from workers.bench.data import RAGTRUTH_DEV, ragtruth, unique_candidates
 from workers.bench.procs import MIB
 from workers.bench.report import Result
@@ -56,7 +57,7 @@ def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, 
     candidates, _ = _candidates(n + warmup)
 
     def score(batch: list[dict]) -> None:
-        items = [(c["question"], _chunks(c.get("context")), c["response"]) for c in batch]
+        items = [(c["question"], context_chunks(c.get("context")), c["response"]) for c in batch]
         tasks = [task_of(c.get("metadata")) for c in batch]
         score_batch(items, encoder, None, policy.grounding, tasks, head)
 
@@ -67,12 +68,6 @@ def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, 
         score(timed[k : k + BATCH])
     seconds = time.perf_counter() - started
     return len(timed) / seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _chunks(context: object) -> tuple[str, ...] | None:
-    if context is None:
-        return None
-    return (context,) if isinstance(context, str) else tuple(str(c) for c in context)
 
 
 def run(opts: Options) -> Result:

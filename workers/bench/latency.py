@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pipeline.chunks import context_chunks
 from topics.names import Topic
 from workers.bench.data import retag
 from workers.bench.kafka import through
@@ -101,8 +102,7 @@ def one_per_context(rows: list[dict]) -> list[dict]:
     seen: set[str] = set()
     out = []
     for row in rows:
-        context = row.get("context") or ()
-        texts = {*((context,) if isinstance(context, str) else map(str, context))}
+        texts = set(context_chunks(row.get("context")) or ())
         texts.add("\0answer " + str(row.get("response")))
         if not texts & seen:
             seen |= texts

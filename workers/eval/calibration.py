@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tomli_w
 
+from pipeline.chunks import context_chunks
 from pipeline.defaults import default_claim_head
 from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
@@ -63,7 +64,7 @@ def examples_from(path: Path, limit: int | None) -> list[Example]:
     for item in load_labelled(path, limit=limit):
         c = item.candidate
         ctx = c.get("context")
-        chunks = None if ctx is None else ((ctx,) if isinstance(ctx, str) else tuple(ctx))
+        chunks = context_chunks(ctx)
         out.append(
             Example(
                 path.name,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.chunks import context_chunks
 from pipeline.defaults import default_claim_head
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
@@ -122,7 +123,7 @@ def labelled_examples(
         if not ctx:
             skipped["no_context"] += 1
             continue
-        chunks = (ctx,) if isinstance(ctx, str) else tuple(ctx)
+        chunks = context_chunks(ctx)
         examples.append(
             Example(
                 GROUP,
