@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from pipeline.chunks import context_chunks
 from topics.codec import dumps
 from workers.bench.data import retag, shared_context_candidates, unique_candidates
 from workers.bench.kafka import candidate_id, decided_by
@@ -16,8 +17,7 @@ from workers.bench.switch import steady_rate
 def texts(candidates: list[dict]) -> list[str]:
     out = []
     for c in candidates:
-        chunks = [c["context"]] if isinstance(c["context"], str) else c["context"]
-        out += [c["question"], c["response"], *chunks]
+        out += [c["question"], c["response"], *(context_chunks(c["context"]) or ())]
     return out
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.chunks import context_chunks
 from topics.codec import loads
 
 SEED = 20240611
@@ -200,7 +201,7 @@ def texts_per_stage_batch(encoder: Any, candidates: list[dict], batch_size: int)
         for c in candidates[start : start + batch_size]:
             texts[c["question"]] = None
             texts.update(dict.fromkeys(encoder.windows(answer_core(c["response"], c["question"]))))
-            chunks = [c["context"]] if isinstance(c["context"], str) else c["context"]
+            chunks = context_chunks(c["context"]) or ()
             for chunk in chunks:
                 texts.update(dict.fromkeys(encoder.windows(chunk)))
             if claims:
