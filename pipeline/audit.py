@@ -54,10 +54,9 @@ from typing import Any
 
 import orjson
 
-from pipeline.records import OUTCOME_STAGE, record_hash
+from pipeline.records import OUTCOME_STAGE, SUPERSEDED_STAGE, record_hash
 
 AUDIT_SCHEMA_VERSION = 1
-SUPERSEDED_STAGE = "superseded"
 REVIEW_TOPIC = "escalations.review"
 DEADLETTER_TOPIC = "deadletter"
 

@@ -24,6 +24,9 @@ from pipeline.thresholds import record_cut
 
 RECORD_SCHEMA_VERSION = 1
 OUTCOME_STAGE = "outcome"
+SUPERSEDED_STAGE = "superseded"
+"""The terminal writer's record of a later attempt at a candidate that already has its
+outcome: delivered nowhere, kept on `decisions` for the audit."""
 _VOLATILE = frozenset({"decided_at", "timings", "trace_id", "hash", "prev_hash", "duration_ms"})
 _PRIVATE_EVIDENCE = frozenset(
     {

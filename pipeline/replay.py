@@ -24,10 +24,8 @@ from typing import Any
 import orjson
 
 from pipeline.errors import GroundstreamError
-from pipeline.records import OUTCOME_STAGE
+from pipeline.records import OUTCOME_STAGE, SUPERSEDED_STAGE
 
-SUPERSEDED_STAGE = "superseded"
-"""A later attempt the outcome ledger did not deliver; never part of the trail replayed."""
 DEADLETTER_TOPIC = "deadletter"
 UNRECORDED = "unrecorded"
 """The outcome of a candidate the recording holds no outcome for (in flight, or lost)."""

@@ -173,7 +173,10 @@ def outcomes(timeout: float, follow: bool) -> None:
     trails = _kafka(print_outcomes(settings, None if follow else timeout, sys.stdout), settings)
     for line in trails.pending():
         click.echo(line)
-    click.echo(f"{trails.done} outcome(s), {len(trails.steps)} still in the ladder", err=True)
+    again = f", {trails.superseded} superseded attempt(s)" if trails.superseded else ""
+    click.echo(
+        f"{trails.done} outcome(s){again}, {len(trails.steps)} still in the ladder", err=True
+    )
 
 
 @main.group()

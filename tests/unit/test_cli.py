@@ -171,6 +171,15 @@ class TestTrails:
         dead = {**record("c/0/3", "geometry", "deadletter", "deadletter"), "reason": "not JSON"}
         assert Trails().add(dead) == "c/0/3 [s-c/0/3] geometry:deadletter ⇒ deadletter (not JSON)"
 
+    def test_a_second_attempt_ends_as_superseded_not_pending(self) -> None:
+        trails = Trails()
+        for r in (record("a", "geometry", "accept"), record("a", "outcome", "accept", "state")):
+            trails.add(r)
+        trails.add(record("a", "geometry", "reject"))
+        again = {**record("a", "superseded", "reject"), "evidence": {"first_topic": "state"}}
+        assert trails.add(again) == "a [s-a] geometry:reject ⇒ superseded (ended in state)"
+        assert (trails.done, trails.superseded, trails.pending()) == (1, 1, [])
+
     def test_records_that_are_not_decisions_are_skipped(self) -> None:
         trails = Trails()
         assert trails.add([1, 2]) is None and trails.add({"stage": "x"}) is None

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from pipeline.policy import load_policy
-from pipeline.records import make_record
+from pipeline.records import SUPERSEDED_STAGE, make_record
 from topics.codec import loads
 from topics.conclusion import BadConclusion, Conclusion, candidate_id_of, read_conclusion
 from topics.names import Topic
 from workers.stages.kit import Emit, Inbound, StageContext
-from workers.stages.terminal import SUPERSEDED_STAGE, TerminalStage, deliver
+from workers.stages.terminal import TerminalStage, deliver
 
 
 def conclusion(cid: str, topic: Topic, *, human: bool = False, value: bytes = b"env") -> Conclusion:

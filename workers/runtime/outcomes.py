@@ -2,7 +2,9 @@
 
 A candidate leaves one decision record per stage it passed, then one `outcome` record
 naming the topic it ended in (a message too malformed to be a candidate leaves one
-`deadletter` record instead); read raw, ten candidates are thirty-odd JSON lines. This
+`deadletter` record instead); a later attempt at a candidate that already has its outcome
+(the same id produced again, or a batch redone upstream) ends in the terminal writer's
+`superseded` record instead. Read raw, ten candidates are thirty-odd JSON lines. This
 folds them, in topic order, into ``id [session] geometry:accept → switch:accept →
 rules:accept ⇒ state``. Pure: records in, lines out; the Kafka read is `kafka_tools`.
 """
@@ -13,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.records import OUTCOME_STAGE
+from pipeline.records import OUTCOME_STAGE, SUPERSEDED_STAGE
 from topics.names import Topic
 
 ARROW = " → "
@@ -27,6 +29,8 @@ class Trails:
     steps: dict[str, list[str]] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)
     done: int = 0
+    superseded: int = 0
+    """Later attempts at candidates that already had their outcome: delivered nowhere."""
 
     def add(self, record: Any) -> str | None:
         """Fold one decision record; the candidate's line once this is its outcome."""
@@ -35,6 +39,11 @@ class Trails:
         cid = record["candidate_id"]
         self.sessions.setdefault(cid, str(record.get("session_id", "")))
         stage, action = str(record.get("stage", "?")), str(record.get("action", "?"))
+        if stage == SUPERSEDED_STAGE:  # this attempt ends here; the first outcome stands
+            self.superseded += 1
+            first = (record.get("evidence") or {}).get("first_topic", "?")
+            steps = self.steps.pop(cid, [])
+            return f"{_line(cid, self.sessions.pop(cid), steps)}{ENDS}superseded (ended in {first})"
         if stage != OUTCOME_STAGE:
             self.steps.setdefault(cid, []).append(f"{stage}:{action}")
         if "topic" not in record:  # a stage's record; the outcome (or dead letter) follows

@@ -28,12 +28,10 @@ from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from pipeline.ledger import Admission, Attempt, admit, ledger_entry
-from pipeline.records import make_record
+from pipeline.records import SUPERSEDED_STAGE, make_record
 from topics.conclusion import BadConclusion, Conclusion, read_conclusion
 from topics.names import Topic
 from workers.stages.kit import Emit, Inbound, StageContext, deadletter, record_emit
-
-SUPERSEDED_STAGE = "superseded"
 
 
 def deliver(ledger: MutableMapping[bytes, Any], conclusion: Conclusion, now: float) -> list[Emit]:
