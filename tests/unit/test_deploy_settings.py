@@ -1,0 +1,79 @@
+"""The deployment files and the worker's settings say the same thing.
+
+deploy/README.md promises that `compose/.env.example` and `k8s/configmap.yaml` (with
+`k8s/secret.yaml`) list every setting, and a worker refuses a bad value at start-up: a
+setting added to `workers/runtime/settings.py` but not to them, a misspelt variable in
+them (silently ignored by the worker), or a shipped value the worker would refuse, each
+fails here instead of in someone's cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workers.runtime.settings import PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
+READ_OUTSIDE_SETTINGS = {"GROUNDSTREAM_ONNX_DIR"}
+"""Variables the code reads directly (the encoder's exported graph), named by the image."""
+
+
+def _named(text: str) -> set[str]:
+    return set(re.findall(r"\bGROUNDSTREAM_[A-Z0-9_]*[A-Z0-9]\b", text))
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines())
+    return {k: v for k, *rest in pairs if rest and not k.startswith("#") for v in rest}
+
+
+def _k8s(name: str) -> dict:
+    return yaml.safe_load((DEPLOY / "k8s" / name).read_text())
+
+
+def _compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose" / "docker-compose.yml").read_text())
+
+
+@pytest.mark.parametrize(
+    "files",
+    [("compose/.env.example",), ("k8s/configmap.yaml", "k8s/secret.yaml")],
+    ids=["compose", "k8s"],
+)
+def test_every_setting_is_listed(files: tuple[str, ...]) -> None:
+    text = "".join((DEPLOY / f).read_text() for f in files)
+    assert SETTINGS - _named(text) == set()
+
+
+def test_no_deploy_file_names_a_variable_nothing_reads() -> None:
+    for path in [*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml"), DEPLOY / "Dockerfile"]:
+        unknown = _named(path.read_text()) - SETTINGS - READ_OUTSIDE_SETTINGS
+        assert unknown == set(), path
+    assert _named((DEPLOY / "compose" / ".env.example").read_text()) <= SETTINGS
+
+
+def test_the_shipped_k8s_values_start_a_worker() -> None:
+    env = {**_k8s("configmap.yaml")["data"], **_k8s("secret.yaml")["stringData"]}
+    assert all(isinstance(v, str) for v in env.values())  # a bare number is not a string
+    settings = Settings.from_env(env)
+    assert settings.encoder_backend == "onnx"  # the image carries no torch
+
+
+def test_the_shipped_compose_values_start_each_service() -> None:
+    base = _env_file(DEPLOY / "compose" / ".env.example")
+    assert Settings.from_env(base).encoder_backend == "onnx"
+    for service in _compose()["services"].values():
+        extra = service.get("environment") or {}
+        env = {**base, **{k: str(v) for k, v in extra.items() if k.startswith(PREFIX)}}
+        Settings.from_env(env)  # raises SettingsError naming the variable
+
+
+def test_a_misspelt_variable_would_be_caught() -> None:
+    assert _named("GROUNDSTREAM_JUDGE_URLS: x") - SETTINGS == {"GROUNDSTREAM_JUDGE_URLS"}
