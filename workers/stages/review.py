@@ -17,14 +17,16 @@ as `prev_hash`) the record that parked it; a candidate parked again later is lis
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from pipeline.errors import GroundstreamError
 from pipeline.policy import Policy
@@ -34,8 +36,11 @@ from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, HumanPayload, MalformedMessage, parse_envelope
 from workers.runtime.kafka_tools import reader
+from workers.runtime.ranges import partitions as held_partitions
 from workers.runtime.settings import Settings
 from workers.stages.kit import Emit, StageContext, conclude
+
+log = logging.getLogger("groundstream.review")
 
 REVIEW_STAGE = "review"
 CLAIM_PREFIX = b"review-claim/"
@@ -136,8 +141,10 @@ async def read_all(settings: Settings, topic: Topic, timeout: float) -> list[Any
     consumer = reader(settings, settings.topic(topic))
     await consumer.start()
     try:
-        partitions = consumer.assignment()
-        end = await consumer.end_offsets(list(partitions))
+        # Right after start the subscription may not hold the topic's partitions yet: read
+        # then, the topic looked empty and a decided parking was listed as waiting.
+        partitions = await held_partitions(consumer, settings.topic(topic))
+        end = await consumer.end_offsets(partitions)
         records = []
         deadline = time.monotonic() + timeout
         while [tp for tp in partitions if await consumer.position(tp) < end[tp]]:
@@ -289,10 +296,40 @@ async def _route(settings: Settings, policy: Policy, env: Envelope, claim: Claim
     await producer.start()
     try:
         async with producer.transaction():
-            for e in emits:
+            sent = [
                 await producer.send(
                     settings.topic(e.topic), e.value, key=e.key, headers=list(e.headers)
                 )
+                for e in emits
+            ]
+        written = [await f for f in sent]
     finally:
         await producer.stop()
+    await _until_readable(settings, written)
     return loads(emits[0].value)
+
+
+async def _until_readable(settings: Settings, written: list[Any], timeout: float = 10.0) -> None:
+    """Wait until a read_committed reader sees `written` (RecordMetadata of a committed
+    transaction). The broker answers a commit before it has written the transaction's
+    markers, so a `review list` right after `review decide` could still list the item;
+    after this it cannot. Past `timeout` the verdict stands (it is committed) and only the
+    read-back is late: say so and return."""
+    last: dict[TopicPartition, int] = {}
+    for meta in written:
+        tp = TopicPartition(meta.topic, meta.partition)
+        last[tp] = max(last.get(tp, -1), meta.offset)
+    consumer = reader(settings)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            ends = await consumer.end_offsets(list(last))  # read_committed: the stable end
+            if all(ends[tp] > offset for tp, offset in last.items()):
+                return
+            if time.monotonic() > deadline:
+                log.warning("a committed review verdict is not readable after %.0fs", timeout)
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await consumer.stop()
