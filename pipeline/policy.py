@@ -109,6 +109,11 @@ class Policy:
             return None
         return next((name for name, r in self.routes.items() if task in r.tasks), None)
 
+    def route_name(self, named: str | None, task: str | None, default: str) -> str:
+        """The route a candidate goes to: the one it names, else the one serving its task
+        kind, else `default` (the worker's GROUNDSTREAM_DEFAULT_ROUTE)."""
+        return named or self.route_serving(task) or default
+
     def route(self, name: str) -> RouteConfig:
         """The named route; an unknown name fails closed to a route in `off` mode."""
         if name in self.routes:

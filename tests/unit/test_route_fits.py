@@ -178,6 +178,12 @@ class TestTaskRoutes:
         assert policy.route_serving("QA") == "qa"
         assert policy.route_serving("Summary") is None and policy.route_serving(None) is None
 
+    def test_a_candidate_goes_to_its_route_else_its_kind_s_else_the_default(self) -> None:
+        policy = parse_policy(self.SERVING)
+        assert policy.route_name("default", "QA", "x") == "default"  # named wins
+        assert policy.route_name(None, "QA", "x") == "qa"
+        assert policy.route_name(None, "Summary", "x") == "x"
+
     def test_two_routes_serving_one_kind_are_refused(self) -> None:
         both = self.SERVING | {
             "routes": {**self.SERVING["routes"], "other": {"mode": "evaluate", "tasks": ["QA"]}}

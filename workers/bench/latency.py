@@ -80,7 +80,7 @@ def encode_ms(rows: list[dict]) -> dict[str, float]:
         # Parsed and routed as the geometry stage does: its chunks, its route's model.
         c = candidate_from_dict(row)
         task = task_of(c.metadata)
-        route = c.route or policy.route_serving(task) or settings.default_route
+        route = policy.route_name(c.route, task, settings.default_route)
         encoder.clear_cache()
         before = encoder.model_seconds
         score_batch(

@@ -43,9 +43,10 @@ class GeometryStage:
             except MalformedMessage as exc:
                 emits += deadletter(item, exc.reason, self.name, now, stage_key=ctx.stage_key)
                 continue
-            # A candidate naming no route goes to the route serving its task kind, if any.
-            route = ctx.route_for(
-                candidate.route or ctx.policy.route_serving(task_of(candidate.metadata))
+            route = ctx.policy.route(
+                ctx.policy.route_name(
+                    candidate.route, task_of(candidate.metadata), ctx.default_route
+                )
             )
             if candidate.initiator not in route.allowed_initiators:
                 why = f"route {route.name!r} is not open to initiator {candidate.initiator!r}"
