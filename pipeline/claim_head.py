@@ -45,11 +45,17 @@ from pipeline.support import measure_support
 
 __all__ = [
     "LEXICAL_FEATURES",
+    "Candidates",
     "ClaimHead",
+    "PairReader",
+    "ReaderInput",
     "assess",
+    "candidate_windows",
     "pair_features",
     "prepare_pairs",
+    "read",
     "read_head",
+    "reader_input",
 ]
 
 LEXICAL_FEATURES = (
@@ -68,6 +74,8 @@ _NEGATION_RE = re.compile(r"\b(?:not|no|never|none|neither|nor|without)\b|n't\b"
 
 Encode = Callable[[Sequence[str]], np.ndarray]
 """Texts to embedding rows (the sentence encoder's ``encode``)."""
+PairReader = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+"""(claim, evidence) pairs to P(supported) (the claim reader, :mod:`pipeline.claim_reader`)."""
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -163,14 +171,35 @@ def read_head(path: str | Path) -> ClaimHead:
         )
 
 
-def prepare_pairs(
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A context's windows and, for each claim, its ``k`` best windows by the cheap ranking
+    (lexical overlap plus the cosine of the bundled encoder's vectors)."""
+
+    windows: tuple
+    candidates: tuple[tuple[int, ...], ...]
+    statements: tuple[str, ...]
+    window_statements: tuple[tuple[str, ...], ...]
+    claim_vectors: np.ndarray
+    window_vectors: np.ndarray
+
+    def evidence(self, i: int) -> str:
+        """Claim ``i``'s candidate windows joined in context order: what the claim reader
+        reads the claim against."""
+        chosen = sorted(
+            (self.windows[j] for j in self.candidates[i]), key=lambda w: (w.chunk, w.first)
+        )
+        return " ".join(w.text for w in chosen)
+
+
+def candidate_windows(
     claims: Sequence[str],
     context: str | Sequence[str],
     encode: Encode,
     k: int = DEFAULT_CANDIDATES,
-) -> tuple[tuple, tuple[tuple[int, ...], ...], np.ndarray]:
-    """Windows, candidates and pair features for claim texts against a context. A window's
-    vector is the mean of its statements' vectors (each statement is embedded once)."""
+) -> Candidates:
+    """The windows each claim is scored against, for the head and the reader alike. A
+    window's vector is the mean of its statements' vectors (each statement embedded once)."""
     statements = context_statements(context)
     flat = [s for chunk in statements for s in chunk]
     windows = split_windows(context)
@@ -189,14 +218,70 @@ def prepare_pairs(
     texts = [w.text for w in windows]
     cands = rank_windows(claims, texts, claim_vecs, window_vecs, k) if windows else ()
     cands = cands or tuple(() for _ in claims)
+    return Candidates(
+        windows, cands, tuple(flat), tuple(map(tuple, window_stmts)), claim_vecs, window_vecs
+    )
+
+
+def prepare_pairs(
+    claims: Sequence[str],
+    context: str | Sequence[str],
+    encode: Encode,
+    k: int = DEFAULT_CANDIDATES,
+) -> tuple[tuple, tuple[tuple[int, ...], ...], np.ndarray]:
+    """Windows, candidates and the head's pair features for claim texts against a context."""
+    found = candidate_windows(claims, context, encode, k)
+    flat, cands = found.statements, found.candidates
     coverage = [measure_support(c, flat).content_coverage if flat else 0.0 for c in claims]
     rows = [
-        pair_features(c, window_stmts[j], claim_vecs[i], window_vecs[j], coverage[i])
+        pair_features(
+            c,
+            found.window_statements[j],
+            found.claim_vectors[i],
+            found.window_vectors[j],
+            coverage[i],
+        )
         for i, c in enumerate(claims)
         for j in cands[i]
     ]
     features = np.array(rows, dtype=np.float32).reshape(len(rows), len(LEXICAL_FEATURES))
-    return windows, cands, features
+    return found.windows, cands, features
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderInput:
+    """One response's claims, their windows, and the (claim, evidence) pairs to read: one
+    pair per claim that has a candidate window, its evidence the candidates joined."""
+
+    claims: tuple
+    found: Candidates
+    pairs: tuple[tuple[str, str], ...]
+
+    def summarise(self, probabilities: Sequence[float]) -> ClaimSupport:
+        """The :class:`ClaimSupport` given the reader's P(supported) of ``pairs``; the
+        window named is each claim's best-ranked candidate."""
+        if len(probabilities) != len(self.pairs):
+            raise ScoringError(f"{len(probabilities)} reader scores for {len(self.pairs)} pairs")
+        probs = iter(probabilities)
+        cands = tuple(cand[:1] for cand in self.found.candidates)
+        scores = [(float(next(probs)),) if cand else () for cand in cands]
+        return summarise(self.claims, self.found.windows, cands, scores)
+
+
+def reader_input(response: str, context: str | Sequence[str], encode: Encode) -> ReaderInput:
+    """What the claim reader reads of a response: each claim against its candidate windows."""
+    claims = split_claims(response)
+    found = candidate_windows([c.text for c in claims], context, encode)
+    pairs = tuple((c.text, found.evidence(i)) for i, c in enumerate(claims) if found.candidates[i])
+    return ReaderInput(claims, found, pairs)
+
+
+def read(
+    response: str, context: str | Sequence[str], encode: Encode, reader: PairReader
+) -> ClaimSupport:
+    """The response's :class:`ClaimSupport` by the claim reader (see :class:`ReaderInput`)."""
+    found = reader_input(response, context, encode)
+    return found.summarise(reader(found.pairs) if found.pairs else ())
 
 
 def assess(

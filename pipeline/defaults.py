@@ -20,7 +20,7 @@ from pipeline import switch
 from pipeline.check import Check, Score
 from pipeline.check import check as core_check
 from pipeline.chunks import context_chunks
-from pipeline.claim_head import ClaimHead, read_head
+from pipeline.claim_head import ClaimHead, PairReader, read_head
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
@@ -49,6 +49,17 @@ def default_reference() -> np.ndarray:
 def default_claim_head() -> ClaimHead:
     """The shipped claim-support head (`pipeline/data/claims/head.npz`), read once."""
     return read_head(Path(__file__).resolve().parent / "data" / "claims" / "head.npz")
+
+
+@lru_cache(maxsize=1)
+def default_claim_reader() -> PairReader | None:
+    """The shipped claim reader's P(supported) (`pipeline/data/reader/`), loaded once;
+    None where no reader ships (the grounding model then reads its feature as 0)."""
+    from pipeline.claim_reader import MODEL_FILE, ClaimReader, bundled_reader_dir
+
+    if not (bundled_reader_dir() / MODEL_FILE).is_file():
+        return None
+    return ClaimReader(bundled_reader_dir()).probability
 
 
 def default_encoder() -> Encoder:
@@ -99,6 +110,7 @@ def score_candidate(
         policy.grounding,
         None,
         default_claim_head(),
+        default_claim_reader(),
     )[0]
 
 

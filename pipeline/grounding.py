@@ -35,6 +35,9 @@ from pipeline.support import measure_support, ngram_precision
 CLAIM_SUPPORT = "claim_support"
 """The claim head's P(supported) of the response's weakest claim (0 when it was not
 measured: no claim-support evidence is no evidence of support)."""
+CLAIM_READER = "claim_reader"
+"""The claim reader's (`pipeline.claim_reader`) P(supported) of the response's weakest
+claim, each claim read against its candidate windows (0 when it was not measured)."""
 BASE_FEATURES: tuple[str, ...] = (
     "log_sgi",
     "content_coverage",
@@ -49,6 +52,7 @@ BASE_FEATURES: tuple[str, ...] = (
     "weak_sentence_share",
     "local_weak_share",
     CLAIM_SUPPORT,
+    CLAIM_READER,
 )
 LONG_FORM = "long_form"
 FEATURES: tuple[str, ...] = (
@@ -78,10 +82,12 @@ def grounding_features(
     response: str,
     sgi: SGIResult,
     claim: ClaimSupport | None = None,
+    reader: ClaimSupport | None = None,
 ) -> dict[str, float]:
     """The model's inputs for one response (its core, see `pipeline.claims.answer_core`,
     with `sgi` measured on the same text); pure and deterministic given `claim` (the claim
-    head's reading of the whole response, `pipeline.claim_head.assess`)."""
+    head's reading of the whole response, `pipeline.claim_head.assess`) and `reader` (the
+    claim reader's, `pipeline.claim_head.read`)."""
     report = measure_support(response, context, question)
     trigram = ngram_precision(response, context, 3)
     numbers = min(len(report.unsupported_numbers), _CAP)
@@ -110,6 +116,7 @@ def grounding_features(
         "weak_sentence_share": _share(cov < WEAK_SENTENCE for cov, _ in claims),
         "local_weak_share": _share(local < WEAK_LOCAL for _, local in claims),
         CLAIM_SUPPORT: 0.0 if claim is None else claim.score,
+        CLAIM_READER: 0.0 if reader is None else reader.score,
     }
     long_form = float(len(report.sentence_spans) > 1 or sgi.context_windows > 1)
     return {
@@ -202,11 +209,12 @@ class GroundingModel:
         )
 
 
-def reads_claims(model: GroundingModel) -> bool:
-    """Whether the model gives claim support any weight (`claim_support`, plain or in the
-    long-form regime): only then is the claim head worth running."""
+def reads_claims(model: GroundingModel, feature: str = CLAIM_SUPPORT) -> bool:
+    """Whether the model gives `feature` (the head's `claim_support`, or the reader's
+    `claim_reader`) any weight, plain or in the long-form regime: only then is that model
+    worth running."""
     return any(
-        c != 0.0 and name.split(":")[0] == CLAIM_SUPPORT
+        c != 0.0 and name.split(":")[0] == feature
         for name, c in zip(model.features, model.coefficients, strict=True)
     )
 
@@ -219,6 +227,7 @@ def score_grounding(
     sgi: SGIResult,
     task: str | None = None,
     claim: ClaimSupport | None = None,
+    reader: ClaimSupport | None = None,
 ) -> GroundingScore:
     """Combine one response's SGI and support into P(grounded); a flagged SGI stays flagged.
 
@@ -226,9 +235,11 @@ def score_grounding(
     the reason (`GroundingScore.out_of_range`), so it escalates instead of being accepted
     or rejected on a model that never saw its like. `task` is the candidate's task kind,
     when it names one; `claim` the claim head's reading of the response, kept on the score
-    so the decision record can name the weakest claim.
+    so the decision record can name the weakest claim; `reader` the claim reader's, which
+    the record names instead when it was measured.
     """
-    features = grounding_features(question, context, response, sgi, claim)
+    features = grounding_features(question, context, response, sgi, claim, reader)
+    claim = reader or claim
     if sgi.flagged:
         return GroundingScore(
             0.0, sgi, features, flagged=True, flag_reason=sgi.flag_reason, claim=claim

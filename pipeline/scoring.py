@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.claim_head import ClaimHead, assess
+from pipeline.claim_head import ClaimHead, PairReader, assess, reader_input
 from pipeline.claims import ClaimSupport, answer_core, context_statements, split_claims
-from pipeline.grounding import GroundingModel, reads_claims, score_grounding
+from pipeline.grounding import CLAIM_READER, GroundingModel, reads_claims, score_grounding
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
 
@@ -32,26 +32,35 @@ class Measured:
     core: str
     sgi: SGIResult
     claim: ClaimSupport | None
+    reader: ClaimSupport | None = None
 
 
 def measure_batch(
     items: Sequence[tuple[str, Sequence[str], str]],
     encoder: Encoder,
     claim_head: ClaimHead | None = None,
+    claim_reader: PairReader | None = None,
 ) -> list[Measured]:
     """SGI of each (question, context chunks, response)'s core, and its claim support when
-    a head is given: what the grounding model's features are computed from, the same for
-    the stage, the library, `calibrate` and the refit from reviewers' verdicts."""
+    a head (and the claim reader's when a reader) is given: what the grounding model's
+    features are computed from, the same for the stage, the library, `calibrate` and the
+    refit from reviewers' verdicts."""
     cores = [answer_core(response, question) for question, _, response in items]
     sgi = compute_sgi_batch(
         [(q, chunks, core) for (q, chunks, _), core in zip(items, cores, strict=True)], encoder
     )
+    pairs = [(c, r) for _, c, r in items]
     claims: list[ClaimSupport | None] = (
-        list(claim_support_batch([(c, r) for _, c, r in items], encoder, claim_head))
+        list(claim_support_batch(pairs, encoder, claim_head))
         if claim_head is not None and items
         else [None] * len(items)
     )
-    return [Measured(*m) for m in zip(cores, sgi, claims, strict=True)]
+    read_: list[ClaimSupport | None] = (
+        list(claim_reader_batch(pairs, encoder, claim_reader))
+        if claim_reader is not None and items
+        else [None] * len(items)
+    )
+    return [Measured(*m) for m in zip(cores, sgi, claims, read_, strict=True)]
 
 
 def score_batch(
@@ -61,17 +70,23 @@ def score_batch(
     model: GroundingModel | None = None,
     tasks: Sequence[str | None] | None = None,
     claim_head: ClaimHead | None = None,
+    claim_reader: PairReader | None = None,
 ) -> list[SGIResult | DGIResult | GroundingScore]:
     """The score of every item, in order; `tasks` are the items' task kinds, when known,
     checked against the grounding model's fitted domain. When the model reads claim
     support, `claim_head` scores each response's claims against its context with the same
-    encoder (without a head the feature is 0: unmeasured support is no support)."""
+    encoder (without a head the feature is 0: unmeasured support is no support), and when it
+    reads the claim reader's score, `claim_reader` reads them likewise."""
     with_ctx = [i for i, (_, chunks, _) in enumerate(items) if chunks is not None]
     without = [i for i, (_, chunks, _) in enumerate(items) if chunks is None]
     out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(items)
     head = claim_head if model is not None and reads_claims(model) else None
+    reader = claim_reader if model is not None and reads_claims(model, CLAIM_READER) else None
     measured = measure_batch(
-        [(items[i][0], tuple(items[i][1] or ()), items[i][2]) for i in with_ctx], encoder, head
+        [(items[i][0], tuple(items[i][1] or ()), items[i][2]) for i in with_ctx],
+        encoder,
+        head,
+        reader,
     )
     for i, m in zip(with_ctx, measured, strict=True):
         question, chunks, _ = items[i]
@@ -86,6 +101,7 @@ def score_batch(
                 m.sgi,
                 None if tasks is None else tasks[i],
                 m.claim,
+                m.reader,
             )
         )
     if without:
@@ -104,13 +120,35 @@ def score_batch(
 def claim_support_batch(
     items: Sequence[tuple[Sequence[str], str]], encoder: Encoder, head: ClaimHead
 ) -> list[ClaimSupport]:
-    """The claim head's reading of each (context chunks, response): one encoder call for
-    every claim and context statement of the batch first (the encoder caches by content,
-    so the per-response scoring that follows encodes nothing again)."""
+    """The claim head's reading of each (context chunks, response)."""
+    _encode_claims_and_statements(items, encoder)
+    return [assess(response, chunks, encoder.encode, head) for chunks, response in items]
+
+
+def _encode_claims_and_statements(
+    items: Sequence[tuple[Sequence[str], str]], encoder: Encoder
+) -> None:
+    """One encoder call for every claim and context statement of the batch (the encoder
+    caches by content, so the per-response scoring that follows encodes nothing again)."""
     texts: dict[str, None] = {}
     for chunks, response in items:
         texts.update(dict.fromkeys(c.text for c in split_claims(response)))
         texts.update(dict.fromkeys(s for chunk in context_statements(chunks) for s in chunk))
     if texts:
         encoder.encode(list(texts))
-    return [assess(response, chunks, encoder.encode, head) for chunks, response in items]
+
+
+def claim_reader_batch(
+    items: Sequence[tuple[Sequence[str], str]], encoder: Encoder, reader: PairReader
+) -> list[ClaimSupport]:
+    """The claim reader's reading of each (context chunks, response): the candidate
+    windows are ranked as for the head, then every claim of the batch is read in one call."""
+    _encode_claims_and_statements(items, encoder)
+    inputs = [reader_input(response, chunks, encoder.encode) for chunks, response in items]
+    pairs = [pair for found in inputs for pair in found.pairs]
+    probabilities = reader(pairs) if pairs else ()
+    out, at = [], 0
+    for found in inputs:
+        out.append(found.summarise(probabilities[at : at + len(found.pairs)]))
+        at += len(found.pairs)
+    return out

@@ -23,7 +23,7 @@ import numpy as np
 import tomli_w
 
 from pipeline.chunks import context_chunks
-from pipeline.defaults import default_claim_head
+from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
 from pipeline.errors import PolicyError
@@ -123,12 +123,12 @@ def fit_examples(
     `--from-decisions`."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
-    head = default_claim_head()
+    head, reader = default_claim_head(), default_claim_reader()
     measured = _in_batches(
         with_ctx,
         64,
         lambda b: measure_batch(
-            [(e.question, e.context or (), e.response) for e in b], encoder, head
+            [(e.question, e.context or (), e.response) for e in b], encoder, head, reader
         ),
         progress,
         "sgi and claims",
@@ -151,7 +151,7 @@ def fit_examples(
     grounding = None
     if with_ctx:
         rows = [
-            grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim)
+            grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
             for m, e in zip(measured, with_ctx, strict=True)
         ]
         grounding = fit_grounding(

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.chunks import context_chunks
-from pipeline.defaults import default_claim_head
+from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
 from pipeline.fit.grounding import operating_point, regime_cuts
@@ -192,6 +192,7 @@ def refit(
         [(e.question, e.context or (), e.response) for e in examples],
         encoder,
         default_claim_head(),
+        default_claim_reader(),
     )
     kept = [(e, m) for e, m in zip(examples, measured, strict=True) if not m.sgi.flagged]
     y = np.array([e.grounded for e, _ in kept], dtype=bool)
@@ -202,7 +203,8 @@ def refit(
             f"{MIN_LABELS_FOR_CUTS}, with both accepts and rejects"
         )
     rows = [
-        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim) for e, m in kept
+        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
+        for e, m in kept
     ]
     p_before = np.array([model.probability(row) for row in rows])
     long = np.array([bool(row[LONG_FORM]) for row in rows], dtype=bool)

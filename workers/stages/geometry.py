@@ -14,6 +14,7 @@ import numpy as np
 
 from pipeline.check import check
 from pipeline.claims import ClaimSupport
+from pipeline.defaults import default_claim_reader
 from pipeline.domain import task_of
 from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
@@ -159,6 +160,7 @@ def _score_by_route(
             policy.grounding_for(route),
             [task_of(c.metadata) for c in candidates],
             load_head(),
+            default_claim_reader(),
         )
         for i, result in zip(indices, scored, strict=True):
             out[i] = result
