@@ -519,6 +519,9 @@ def train(
 @click.option("--checkpoint-minutes", type=float, default=5.0, show_default=True)
 @click.option("--eval-per-set", type=int, default=600, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from OUT/checkpoint.pt.")
+@click.option(
+    "--measure-only", is_flag=True, help="Measure the reader already in OUT again; no training."
+)
 def train_claims(
     claims_dir,
     ragtruth,
@@ -534,9 +537,10 @@ def train_claims(
     checkpoint_minutes,
     eval_per_set,
     resume,
+    measure_only,
 ) -> None:
     """Fine-tune the bundled encoder as the claim reader (CPU: bucketed, checkpointed)."""
-    from workers.eval.reader_train import ReaderConfig, train_reader
+    from workers.eval.reader_train import ReaderConfig, remeasure, train_reader
 
     config = ReaderConfig(
         out_dir=out_dir,
@@ -558,6 +562,10 @@ def train_claims(
         config.check()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if measure_only:
+        remeasure(config, echo=click.echo)
+        click.echo(f"wrote {out_dir / 'reader.json'}")
+        return
     command = "groundstream train claims " + " ".join(sys.argv[3:])
     train_reader(config, command, echo=click.echo)
     click.echo(f"wrote {out_dir / 'reader.onnx'} and {out_dir / 'reader.json'}")

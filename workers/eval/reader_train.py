@@ -33,6 +33,7 @@ Failure posture
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -48,7 +49,7 @@ from pipeline.fit.claim_sets import CLAIM_SETS, ClaimPair, load_claim_sets
 from pipeline.fit.metrics import auroc
 from workers.eval.datasets import file_sha256
 
-__all__ = ["ReaderConfig", "in_domain_pairs", "train_reader"]
+__all__ = ["ReaderConfig", "in_domain_pairs", "measure_reader", "remeasure", "train_reader"]
 
 Echo = Callable[[str], None]
 
@@ -116,10 +117,21 @@ class DomainAnswer:
     kind: str
     fold: int
     label: int
+    group: str
     claims: tuple[DomainClaim, ...] = field(default=())
 
 
-def in_domain_pairs(config: ReaderConfig, echo: Echo) -> list[DomainAnswer]:
+@dataclass(frozen=True, slots=True)
+class InDomain:
+    """The in-domain answers, and what the head's own cross-validation needs of them
+    (``prepared`` follows ``answers``)."""
+
+    answers: list[DomainAnswer]
+    prepared: list
+    head_config: object
+
+
+def in_domain_pairs(config: ReaderConfig, echo: Echo) -> InDomain:
     """The claims ``groundstream train`` builds (RAGTruth, BEGIN, synthetic, JSON) and
     HaluEval QA in every rephrasing style, each claim with the head's candidate windows."""
     from pipeline.encoder import load_encoder
@@ -146,15 +158,18 @@ def in_domain_pairs(config: ReaderConfig, echo: Echo) -> list[DomainAnswer]:
     cache = EmbeddingCache(CACHE_DIR / "embeddings.npz", load_encoder(None).encode_uncached)
     echo(f"in-domain: {len(examples)} answers (embeddings cached in {cache.path})")
     answers = []
-    for n, item in enumerate(_prepare(examples, cache)):
+    prepared = _prepare(examples, cache)
+    for n, item in enumerate(prepared):
         ex = item.example
         claims = []
         for text, label, cand in zip(ex.claims, ex.claim_labels, item.candidates, strict=True):
             windows = sorted((item.windows[j] for j in cand), key=lambda w: (w.chunk, w.first))
             claims.append(DomainClaim(text, " ".join(w.text for w in windows), int(label), n))
         fold = _fold_of(ex.group, head_config.folds)
-        answers.append(DomainAnswer(ex.source, ex.kind, fold, int(ex.label), tuple(claims)))
-    return answers
+        answers.append(
+            DomainAnswer(ex.source, ex.kind, fold, int(ex.label), ex.group, tuple(claims))
+        )
+    return InDomain(answers, prepared, head_config)
 
 
 # -------------------------------------------------------------------------- batching
@@ -475,16 +490,155 @@ def _by_kind(answers: Sequence[DomainAnswer]) -> dict[tuple[str, str], list[Doma
     return dict(sorted(out.items()))
 
 
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def _stacked(x: np.ndarray, y: np.ndarray, groups: Sequence[str]) -> np.ndarray:
+    """Out-of-fold scores of a logistic model over ``x``, five folds by group (salted so
+    the folds differ from the reader's own held-out fold)."""
+    from pipeline.fit.grounding import fit_logistic
+
+    folds = np.array(
+        [int(hashlib.sha256(f"stack:{g}".encode()).hexdigest()[:8], 16) % 5 for g in groups]
+    )
+    out = np.zeros(len(y))
+    for k in range(5):
+        train, test = folds != k, folds == k
+        if not test.any() or len(np.unique(y[train])) < 2:
+            continue
+        coef, intercept = fit_logistic(x[train], y[train])
+        out[test] = x[test] @ coef + intercept
+    return out
+
+
+def compare_with_head(domain: InDomain, score: Callable, echo: Echo) -> dict:
+    """On the reader's held-out fold: the frozen head's weakest claim (its own group-wise
+    cross-validation, so no answer is scored by a head that saw it), the reader's weakest
+    claim, and a logistic stack of both (cross-validated by group within the fold), per
+    answer kind — AUROC and the share of right answers a cut passes at the error bound
+    (5% for RAGTruth and HaluEval, 10% for BEGIN). HaluEval QA: the shipped head (never
+    trained on it) against the reader, per rephrasing style."""
+    from workers.clients.claims import load_head
+    from workers.eval.train import _cross_validate, _pass_rate_at, _score
+
+    inside = [i for i, a in enumerate(domain.answers) if a.source != "halueval"]
+    hal = [i for i, a in enumerate(domain.answers) if a.source == "halueval"]
+    head_score = np.zeros(len(domain.answers))
+    _, oof = _cross_validate([domain.prepared[i] for i in inside], domain.head_config)
+    head_score[inside] = [h.score for h in oof]
+    head_score[hal] = [h.score for h in _score([domain.prepared[i] for i in hal], load_head())]
+    chosen = [
+        i
+        for i, a in enumerate(domain.answers)
+        if a.claims
+        and (a.source == "halueval" or (a.fold == 0 and a.source in {"ragtruth", "begin"}))
+    ]
+    claims = [c for i in chosen for c in domain.answers[i].claims]
+    scores = score([c.claim for c in claims], [c.evidence for c in claims])
+    per_answer: dict[int, list[float]] = {}
+    for c, s in zip(claims, scores, strict=True):
+        per_answer.setdefault(c.answer, []).append(float(s))
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for i in chosen:
+        kinds.setdefault((domain.answers[i].source, domain.answers[i].kind), []).append(i)
+    table: dict[str, dict] = {}
+    for (source, kind), rows in sorted(kinds.items()):
+        bound = 0.10 if source == "begin" else 0.05
+        y = np.array([domain.answers[i].label for i in rows])
+        head = _logit(head_score[rows])
+        reader = np.array([min(per_answer[i]) for i in rows])
+        sides = {"head": head, "reader": reader}
+        if source != "halueval" and 0 < y.sum() < len(y):
+            x = np.column_stack([head, reader, [np.mean(per_answer[i]) for i in rows]])
+            sides["stack"] = _stacked(x, y, [domain.answers[i].group for i in rows])
+        row: dict = {"n": len(rows), "wrong": float(1 - y.mean()), "bound": bound}
+        for name, side in sides.items():
+            row[name] = {"auroc": auroc(side, y), "pass": _pass_rate_at(side, y, bound)[0]}
+        table[f"{source}.{kind}"] = row
+        echo(
+            f"  {source}.{kind:14s} n={len(rows):4d} "
+            + "  ".join(
+                f"{k}: auc {v['auroc']:.3f} pass@{bound:g} {v['pass']:.3f}"
+                for k, v in row.items()
+                if isinstance(v, dict)
+            )
+        )
+    return table
+
+
+def shared_head_figures(pairs: Sequence[ClaimPair], per_set: int, seed: int) -> dict:
+    """The frozen head's AUROC on the same held-out pairs :func:`shared_figures` scores."""
+    from workers.clients.claims import load_scorer
+
+    scorer = load_scorer()
+    return shared_figures(
+        pairs, lambda c, e: scorer.score_pairs(list(zip(c, e, strict=True))), per_set, seed
+    )
+
+
 # ----------------------------------------------------------------------------- run
 
 
 def _hashes(config: ReaderConfig, names: Sequence[str]) -> dict[str, str]:
     files = [config.ragtruth, config.begin, config.halueval]
-    if config.claims_dir is not None and config.pretrain_share > 0:
+    if config.claims_dir is not None:
         files += [config.claims_dir / CLAIM_SETS[n].file for n in names]
         if "tabfact" in names:
             files.append(config.claims_dir / "tabfact_tables.jsonl.gz")
     return {p.name: file_sha256(p) for p in files if p is not None}
+
+
+def _inputs(config: ReaderConfig, echo: Echo) -> tuple[list[ClaimPair], InDomain | None]:
+    names = list(config.sets or CLAIM_SETS)
+    shared: list[ClaimPair] = []
+    if config.claims_dir is not None:
+        shared = load_claim_sets(config.claims_dir, names)
+        echo(f"shared sets: {len(shared)} pairs ({sum(not p.held_out for p in shared)} to train)")
+    domain = None
+    if config.ragtruth is not None and config.begin is not None:
+        domain = in_domain_pairs(config, echo)
+    return shared, domain
+
+
+def measure_reader(
+    config: ReaderConfig, shared: Sequence[ClaimPair], domain: InDomain | None, echo: Echo
+) -> dict:
+    """The exported reader's figures (the int8 file, as a worker loads it), beside the
+    frozen head's on the same held-out data."""
+    reader = ClaimReader(config.out_dir)
+
+    def score(claims: Sequence[str], evidence: Sequence[str]) -> np.ndarray:
+        return reader.logits(list(zip(claims, evidence, strict=True)))
+
+    figures: dict[str, dict] = {}
+    if shared:
+        figures["shared_held_out"] = shared_figures(shared, score, config.eval_per_set, config.seed)
+        echo("shared sets (held-out), reader: " + _line(figures["shared_held_out"]))
+        figures["shared_held_out_head"] = shared_head_figures(
+            shared, config.eval_per_set, config.seed
+        )
+        echo("shared sets (held-out), head:   " + _line(figures["shared_held_out_head"]))
+    if domain is not None:
+        figures["in_domain_held_out"] = domain_figures(domain.answers, score)
+        echo("in-domain (held-out fold): " + _line(figures["in_domain_held_out"]))
+        echo("answers, head vs reader vs both (held-out fold):")
+        figures["answers_vs_head"] = compare_with_head(domain, score, echo)
+    return figures
+
+
+def remeasure(config: ReaderConfig, echo: Echo = print) -> dict:
+    """Measure an already trained reader in ``config.out_dir`` again (``--measure-only``),
+    keeping its training record and the figures taken during training."""
+    metadata = json.loads((config.out_dir / META_FILE).read_text())
+    shared, domain = _inputs(config, echo)
+    metadata["figures"] = {
+        **metadata.get("figures", {}),
+        **measure_reader(config, shared, domain, echo),
+    }
+    _write_meta(config.out_dir, metadata)
+    return metadata
 
 
 def train_reader(config: ReaderConfig, command: str, echo: Echo = print) -> dict:
@@ -492,13 +646,8 @@ def train_reader(config: ReaderConfig, command: str, echo: Echo = print) -> dict
     config.check()
     started = time.monotonic()
     names = list(config.sets or CLAIM_SETS)
-    shared: list[ClaimPair] = []
-    if config.claims_dir is not None and config.pretrain_share > 0:
-        shared = load_claim_sets(config.claims_dir, names)
-        echo(f"shared sets: {len(shared)} pairs ({sum(not p.held_out for p in shared)} to train)")
-    answers: list[DomainAnswer] = []
-    if config.ragtruth is not None and config.begin is not None:
-        answers = in_domain_pairs(config, echo)
+    shared, domain = _inputs(config, echo)
+    answers = domain.answers if domain is not None else []
     trainer = _Trainer(config, echo)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     if config.resume and trainer.checkpoint.is_file():
@@ -540,7 +689,6 @@ def train_reader(config: ReaderConfig, command: str, echo: Echo = print) -> dict
             echo("after pretraining: " + _line(figures["after_pretrain"]))
     echo("exporting to ONNX (int8)")
     trainer.export(config.out_dir)
-    onnx_sha = file_sha256(config.out_dir / MODEL_FILE)
     metadata = {
         "model": "all-MiniLM-L6-v2 fine-tuned as a (claim, evidence) pair classifier",
         "command": command,
@@ -552,22 +700,11 @@ def train_reader(config: ReaderConfig, command: str, echo: Echo = print) -> dict
             "pretrain": round(trainer.state["elapsed"][0] / 60, 1),
             "finetune": round(trainer.state["elapsed"][1] / 60, 1),
         },
-        "onnx_sha256": onnx_sha,
+        "onnx_sha256": file_sha256(config.out_dir / MODEL_FILE),
         "onnx_bytes": (config.out_dir / MODEL_FILE).stat().st_size,
     }
     _write_meta(config.out_dir, metadata)
-    reader = ClaimReader(config.out_dir)  # the int8 file, as a worker loads it
-
-    def score(claims: Sequence[str], evidence: Sequence[str]) -> np.ndarray:
-        return reader.logits(list(zip(claims, evidence, strict=True)))
-
-    if shared:
-        figures["shared_held_out"] = shared_figures(shared, score, config.eval_per_set, config.seed)
-        echo("shared sets (held-out): " + _line(figures["shared_held_out"]))
-    if answers:
-        figures["in_domain_held_out"] = domain_figures(answers, score)
-        echo("in-domain (held-out fold): " + _line(figures["in_domain_held_out"]))
-    metadata["figures"] = figures
+    metadata["figures"] = {**figures, **measure_reader(config, shared, domain, echo)}
     metadata["total_seconds"] = round(time.monotonic() - started, 1)
     _write_meta(config.out_dir, metadata)
     return metadata
