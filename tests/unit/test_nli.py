@@ -92,3 +92,32 @@ def test_a_model_without_an_entailment_label_is_refused(
     monkeypatch.setitem(sys.modules, "sentence_transformers", fake)
     with pytest.raises(ValueError, match="entailment label"):
         NliSimilarity(str(tmp_path))
+
+
+class _Reader:
+    """A claim reader whose P(supported) is the share of the claim's words the evidence
+    holds: asymmetric, so reading a pair the wrong way round shows."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.pairs: list[tuple[str, str]] = []
+
+    def probability(self, pairs):
+        self.pairs.extend(pairs)
+        return np.array([sum(w in e.split() for w in c.split()) / len(c.split()) for c, e in pairs])
+
+
+def test_the_claim_reader_as_nli_reads_hypothesis_as_claim_and_premise_as_evidence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pipeline.claim_reader
+    from workers.clients.nli import ReaderSimilarity
+
+    monkeypatch.setattr(pipeline.claim_reader, "ClaimReader", _Reader)
+    sim = ReaderSimilarity(Path("unused"))
+    m = sim.matrix(["the shop closes at six", "closes at six", "dogs bark"])
+    # "closes at six" is wholly inside the first text, not the other way round; both
+    # directions must hold, so the pair scores the weaker one (3 of 5 words).
+    assert m[0, 1] == m[1, 0] == pytest.approx(3 / 5)
+    assert m[0, 2] == 0.0 and np.allclose(np.diag(m), 1.0)
+    assert ("closes at six", "the shop closes at six") in sim.reader.pairs  # (claim, evidence)
+    assert len(sim.reader.pairs) == 6  # every ordered pair, in one call

@@ -2,8 +2,10 @@
 
 Two texts mean the same when each entails the other: the similarity of a pair is the
 smaller of the two entailment probabilities, so `consistency.same_meaning` reads as "both
-directions entailed with at least this probability". Loaded offline from a local
-sentence-transformers CrossEncoder directory (GROUNDSTREAM_NLI_MODEL), once per process.
+directions entailed with at least this probability". GROUNDSTREAM_NLI_MODEL names the
+model, loaded once per process: ``reader``, the claim reader trained here
+(`pipeline.claim_reader`, ONNX Runtime, no torch), or a local sentence-transformers
+CrossEncoder directory (needs torch).
 """
 
 from __future__ import annotations
@@ -33,23 +35,50 @@ class NliSimilarity:
 
     def matrix(self, texts: Sequence[str]) -> np.ndarray:
         """n×n symmetric similarities: min(P(i ⊨ j), P(j ⊨ i)); 1 on the diagonal."""
-        n = len(texts)
-        pairs = [(texts[i], texts[j]) for i in range(n) for j in range(n) if i != j]
-        out = np.eye(n)
-        if not pairs:
-            return out
+        return _both_ways(self._entailment, texts)
+
+    def _entailment(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         logits = np.asarray(self.model.predict(pairs, convert_to_numpy=True), dtype=np.float64)
         logits = logits - logits.max(axis=1, keepdims=True)
         probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-        entail = iter(probs[:, self.entailment])
-        directed = np.eye(n)
-        for i in range(n):
-            for j in range(n):
-                if i != j:
-                    directed[i, j] = next(entail)
-        return np.minimum(directed, directed.T)
+        return probs[:, self.entailment]
+
+
+READER = "reader"
+"""GROUNDSTREAM_NLI_MODEL's name for the shipped claim reader."""
+
+
+def _both_ways(directed_of, texts: Sequence[str]) -> np.ndarray:
+    """min(P(i ⊨ j), P(j ⊨ i)) for every pair, 1 on the diagonal; ``directed_of`` maps
+    (premise, hypothesis) pairs to entailment probabilities in one call."""
+    n = len(texts)
+    order = [(i, j) for i in range(n) for j in range(n) if i != j]
+    out = np.eye(n)
+    if not order:
+        return out
+    probs = directed_of([(texts[i], texts[j]) for i, j in order])
+    for (i, j), p in zip(order, probs, strict=True):
+        out[i, j] = p
+    return np.minimum(out, out.T)
+
+
+class ReaderSimilarity:
+    """The claim reader as the NLI model: text j is entailed by text i when the reader
+    finds claim j supported by evidence i."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from pipeline.claim_reader import ClaimReader
+
+        self.reader = ClaimReader(model_dir)
+
+    def matrix(self, texts: Sequence[str]) -> np.ndarray:
+        return _both_ways(lambda pairs: self.reader.probability([(h, p) for p, h in pairs]), texts)
 
 
 @lru_cache(maxsize=2)
-def load_nli(model_path: str) -> NliSimilarity:
+def load_nli(model_path: str) -> NliSimilarity | ReaderSimilarity:
+    if model_path == READER:
+        from pipeline.claim_reader import bundled_reader_dir
+
+        return ReaderSimilarity(bundled_reader_dir())
     return NliSimilarity(model_path)
