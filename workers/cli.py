@@ -503,6 +503,12 @@ def train(
 @click.option(
     "--halueval", type=_FILE, help="HaluEval QA for the phrasing figures (never trained on)."
 )
+@click.option(
+    "--reviewed",
+    multiple=True,
+    type=_FILE,
+    help="Reviewers' verdicts (`groundstream review export`) to fine-tune on. Repeatable.",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--minutes", type=float, default=80.0, show_default=True, help="Training budget.")
 @click.option(
@@ -527,6 +533,7 @@ def train_claims(
     ragtruth,
     begin,
     halueval,
+    reviewed,
     out_dir,
     minutes,
     pretrain_share,
@@ -548,6 +555,7 @@ def train_claims(
         ragtruth=ragtruth,
         begin=begin,
         halueval=halueval,
+        reviewed=tuple(reviewed),
         minutes=minutes,
         pretrain_share=pretrain_share,
         seed=seed,

@@ -65,6 +65,8 @@ class ReaderConfig:
     begin: Path | None = None
     halueval: Path | None = None
     """HaluEval QA for the phrasing figures (never trained on)."""
+    reviewed: tuple[Path, ...] = ()
+    """Reviewers' verdicts (`groundstream review export`), fine-tuned on like RAGTruth."""
     minutes: float = 80.0
     pretrain_share: float = 0.5
     """Share of the budget for pretraining; 0 fine-tunes from the bundled encoder."""
@@ -88,7 +90,7 @@ class ReaderConfig:
             raise ValueError("pretraining needs --claims DIR (or --pretrain-share 0)")
         if self.pretrain_share < 1 and (self.ragtruth is None or self.begin is None):
             raise ValueError("fine-tuning needs --ragtruth and --begin (or --pretrain-share 1)")
-        for path in (self.claims_dir, self.ragtruth, self.begin, self.halueval):
+        for path in (self.claims_dir, self.ragtruth, self.begin, self.halueval, *self.reviewed):
             if path is not None and not path.exists():
                 raise ValueError(f"input not found: {path}")
         unknown = [s for s in self.sets if s not in CLAIM_SETS]
@@ -151,6 +153,7 @@ def in_domain_pairs(config: ReaderConfig, echo: Echo) -> InDomain:
         halueval=config.halueval,
         out_dir=config.out_dir,
         seed=config.seed,
+        reviewed=config.reviewed,
     )
     examples = training_examples(head_config)
     if config.halueval is not None:
@@ -582,7 +585,7 @@ def shared_head_figures(pairs: Sequence[ClaimPair], per_set: int, seed: int) -> 
 
 
 def _hashes(config: ReaderConfig, names: Sequence[str]) -> dict[str, str]:
-    files = [config.ragtruth, config.begin, config.halueval]
+    files = [config.ragtruth, config.begin, config.halueval, *config.reviewed]
     if config.claims_dir is not None:
         files += [config.claims_dir / CLAIM_SETS[n].file for n in names]
         if "tabfact" in names:
