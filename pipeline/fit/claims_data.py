@@ -46,9 +46,11 @@ __all__ = [
     "REPHRASE_STYLES",
     "ClaimExample",
     "begin_examples",
+    "begin_group",
     "halueval_examples",
     "json_examples",
     "ragtruth_examples",
+    "ragtruth_group",
     "rephrase",
     "rephrase_as_assistant",
     "reviewed_examples",
@@ -111,6 +113,16 @@ def _span_ranges(response: str, spans: Sequence[str]) -> list[tuple[int, int]]:
     return out
 
 
+def ragtruth_group(record: dict) -> str:
+    """A RAGTruth answer's group: its source (answers to one source share it)."""
+    return str(record.get("metadata", {}).get("group_id", record["id"]))
+
+
+def begin_group(record: dict) -> str:
+    """A BEGIN reply's group: its knowledge snippet."""
+    return "begin:" + context_chunks(record["context"])[0][:80]
+
+
 def ragtruth_examples(path: Path) -> list[ClaimExample]:
     """One example per RAGTruth answer: claims overlapping a marked span are unsupported.
 
@@ -136,7 +148,7 @@ def ragtruth_examples(path: Path) -> list[ClaimExample]:
         out.append(
             ClaimExample(
                 "ragtruth",
-                str(meta.get("group_id", record["id"])),
+                ragtruth_group(record),
                 str(meta.get("task", "")),
                 context_chunks(record["context"]),
                 tuple(c.text for c in claims),
@@ -165,7 +177,7 @@ def begin_examples(path: Path) -> list[ClaimExample]:
         out.append(
             ClaimExample(
                 "begin",
-                "begin:" + context[0][:80],
+                begin_group(record),
                 str(record.get("metadata", {}).get("data_source", "")),
                 context,
                 tuple(c.text for c in claims),
