@@ -48,6 +48,7 @@ from pipeline.encoder import default_model_path
 from pipeline.fit.claim_sets import CLAIM_SETS, ClaimPair, load_claim_sets
 from pipeline.fit.metrics import auroc
 from workers.eval.datasets import file_sha256
+from workers.eval.train import _pass_rate_at
 
 __all__ = ["ReaderConfig", "in_domain_pairs", "measure_reader", "remeasure", "train_reader"]
 
@@ -424,19 +425,6 @@ def _balanced_weights(labels: np.ndarray, groups: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------- figures
 
 
-def _pass_at(scores: np.ndarray, labels: np.ndarray, max_error: float) -> float:
-    """Share of positives above the lowest cut whose accepted set holds at most
-    ``max_error`` negatives (0 where no cut does)."""
-    order = np.argsort(-scores, kind="stable")
-    y = labels[order]
-    wrong = np.cumsum(y == 0)
-    taken = np.arange(1, len(y) + 1)
-    ok = np.nonzero(wrong / taken <= max_error)[0]
-    if not len(ok) or not (labels == 1).any():
-        return 0.0
-    return float(np.cumsum(y == 1)[ok[-1]] / (labels == 1).sum())
-
-
 def shared_figures(pairs: Sequence[ClaimPair], score: Callable, per_set: int, seed: int) -> dict:
     """AUROC on each set's held-out pairs (a seeded sample of at most ``per_set``)."""
     rng = np.random.default_rng(seed)
@@ -465,7 +453,7 @@ def domain_figures(answers: Sequence[DomainAnswer], score: Callable) -> dict:
     out: dict[str, dict] = {}
     for source in sorted({a.source for a in chosen} - {"halueval"}):
         mask = [
-            i for i, c in enumerate(claims) if chosen_source(answers, c) == source and c.label >= 0
+            i for i, c in enumerate(claims) if answers[c.answer].source == source and c.label >= 0
         ]
         if mask:
             labels = np.array([claims[i].label for i in mask])
@@ -475,14 +463,10 @@ def domain_figures(answers: Sequence[DomainAnswer], score: Callable) -> dict:
         y = np.array([a.label for a in group])
         out[f"{source}.{kind}.answers"] = {
             "auroc": auroc(s, y),
-            "pass_at_5pct": _pass_at(s, y, 0.05),
+            "pass_at_5pct": _pass_rate_at(s, y, 0.05)[0],
             "n": len(group),
         }
     return out
-
-
-def chosen_source(answers: Sequence[DomainAnswer], claim: DomainClaim) -> str:
-    return answers[claim.answer].source
 
 
 def _by_kind(answers: Sequence[DomainAnswer]) -> dict[tuple[str, str], list[DomainAnswer]]:
@@ -524,7 +508,7 @@ def compare_with_head(domain: InDomain, score: Callable, echo: Echo) -> dict:
     (5% for RAGTruth and HaluEval, 10% for BEGIN). HaluEval QA: the shipped head (never
     trained on it) against the reader, per rephrasing style."""
     from workers.clients.claims import load_head
-    from workers.eval.train import _cross_validate, _pass_rate_at, _score
+    from workers.eval.train import _cross_validate, _score
 
     inside = [i for i, a in enumerate(domain.answers) if a.source != "halueval"]
     hal = [i for i, a in enumerate(domain.answers) if a.source == "halueval"]
