@@ -2,7 +2,8 @@
 
 Claim support runs inside the geometry stage (README, "Calibration and measured quality"):
 each answer's claims and the context's statements are encoded and every claim is scored
-against its candidate windows by the claim head. This bench measures what that costs on
+against its candidate windows by the claim head, and read by the claim reader (ONNX) when
+the policy's model weighs it. This bench measures what that costs on
 RAGTruth answers (or synthetic RAG candidates when `../shared/data` is absent): the same
 candidates scored in batches of 64 by `pipeline.scoring.score_batch` under the shipped
 policy, once with the claim head and once without, each side in a fresh process (its own
@@ -46,7 +47,7 @@ def _candidates(n: int) -> tuple[list[dict], str]:
 
 def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, int]:
     """(answers per second, peak RSS bytes) of one side, in this (fresh) process."""
-    from pipeline.defaults import default_claim_head, default_policy
+    from pipeline.defaults import default_claim_head, default_claim_reader, default_policy
     from pipeline.domain import task_of
     from pipeline.encoder import load_encoder
     from pipeline.scoring import score_batch
@@ -54,12 +55,13 @@ def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, 
     policy = default_policy()
     encoder = load_encoder(policy.encoder_model, backend)
     head = default_claim_head() if with_claims else None
+    reader = default_claim_reader() if with_claims else None
     candidates, _ = _candidates(n + warmup)
 
     def score(batch: list[dict]) -> None:
         items = [(c["question"], context_chunks(c.get("context")), c["response"]) for c in batch]
         tasks = [task_of(c.get("metadata")) for c in batch]
-        score_batch(items, encoder, None, policy.grounding, tasks, head)
+        score_batch(items, encoder, None, policy.grounding, tasks, head, reader)
 
     score(candidates[:warmup])  # loads the model; its texts are not scored again below
     timed = candidates[warmup:]
