@@ -11,6 +11,14 @@ switch's own verdict is final only where it is conclusive. Two route settings
 * ``judge_accept_cut``: a P(grounded) auto-accept below this stricter cut goes to the
   judge instead of straight to rules. Realistic hallucinations reuse the source's words
   and score high; only well above the accept cut is geometry's yes conclusive.
+* ``reader_accept_cut``: an auto-accept whose weakest claim the claim reader scores below
+  this goes to the judge too: with a judge at hand, geometry and the reader must both be
+  conclusive before an answer skips it.
+
+The reader also guards the judge's own yes (`veto_judge_yes`): with ``reader_veto_cut``
+set, a yes on an answer whose weakest claim the reader finds clearly unsupported goes to a
+person, not to rules. Two independent readers must agree before state; an LLM judge that
+says yes to a fluent invention is exactly the error the reader is there to catch.
 
 With no judge (``judge_available`` false) the switch's verdict stands unchanged, so a
 route without a judge behaves exactly as before. Whether a judge is available is a fact
@@ -21,17 +29,34 @@ Pure: no I/O.
 from __future__ import annotations
 
 from pipeline.check import Level
+from pipeline.grounding import CLAIM_READER, GroundingModel, reads_claims
+from pipeline.results import GroundingScore
 from pipeline.routing import BELOW_REVIEW_JUDGE, RouteConfig
 from pipeline.switch import SwitchAction, SwitchDecision
 
-__all__ = ["defer_to_judge"]
+__all__ = ["defer_to_judge", "reader_score", "veto_judge_yes"]
+
+
+def reader_score(score: object, model: GroundingModel | None) -> float | None:
+    """The claim reader's P(supported) of the weakest claim behind `score`, or None when
+    the reader did not read this answer (no grounding model, or one that gives the reader
+    no weight, so the geometry stage never ran it and the feature holds no reading)."""
+    if not isinstance(score, GroundingScore) or model is None:
+        return None
+    if not reads_claims(model, CLAIM_READER) or CLAIM_READER not in score.features:
+        return None
+    return float(score.features[CLAIM_READER])
 
 
 def defer_to_judge(
-    decision: SwitchDecision, route: RouteConfig, judge_available: bool
+    decision: SwitchDecision,
+    route: RouteConfig,
+    judge_available: bool,
+    reader: float | None = None,
 ) -> str | None:
     """Why `decision` goes to the judge instead of where the switch sent it, or None when
-    it stands (no judge, or geometry was conclusive under `route`'s settings)."""
+    it stands (no judge, or geometry was conclusive under `route`'s settings). `reader` is
+    the claim reader's weakest claim (`reader_score`), None where it did not read."""
     if not judge_available:
         return None
     if (
@@ -51,4 +76,30 @@ def defer_to_judge(
             f"{decision.reason}, but below judge_accept_cut {cut:.3f}: not conclusive with a "
             "judge configured, the judge decides"
         )
+    cut = route.reader_accept_cut
+    if (
+        decision.action is SwitchAction.ACCEPT
+        and decision.method == "grounding"
+        and cut is not None
+        and reader is not None
+        and reader < cut
+    ):
+        return (
+            f"{decision.reason}, but the claim reader's weakest claim {reader:.3f} is below "
+            f"reader_accept_cut {cut:.3f}: not conclusive with a judge configured, the judge "
+            "decides"
+        )
     return None
+
+
+def veto_judge_yes(reader: float | None, route: RouteConfig) -> str | None:
+    """Why a judge's yes goes to a person instead of rules, or None when it stands: the
+    claim reader found the answer's weakest claim clearly unsupported (below `route`'s
+    ``reader_veto_cut``). Where the reader did not read (`reader` None), the yes stands."""
+    cut = route.reader_veto_cut
+    if cut is None or reader is None or reader >= cut:
+        return None
+    return (
+        f"judge said yes, but the claim reader's weakest claim {reader:.3f} is below "
+        f"reader_veto_cut {cut:.3f}: two readers disagree, a person decides"
+    )

@@ -56,6 +56,12 @@ class RouteConfig:
     """With a judge configured, answers below the review cut go here (`pipeline.deferral`)."""
     judge_accept_cut: float | None = None
     """With a judge configured, P(grounded) auto-accepts below this go to the judge."""
+    reader_accept_cut: float | None = None
+    """With a judge configured, an auto-accept whose weakest claim the claim reader scores
+    below this goes to the judge: geometry and the reader must both be conclusive."""
+    reader_veto_cut: float | None = None
+    """A judge's yes on an answer whose weakest claim the claim reader scores below this
+    goes to review: two independent readers must agree before state."""
 
     grounding_sources: frozenset[Source] = DEFAULT_GROUNDING_SOURCES
     """Context sources whose chunks may ground an answer (`pipeline.provenance`)."""
@@ -87,11 +93,12 @@ class RouteConfig:
                 self.below_review_with_judge,
                 "one of " + ", ".join(BELOW_REVIEW_CHOICES),
             )
-        cut = self.judge_accept_cut
-        if cut is not None and (
-            isinstance(cut, bool) or not isinstance(cut, int | float) or not 0.0 <= cut <= 1.0
-        ):
-            raise PolicyError(f"{prefix}.judge_accept_cut", cut, "a number in [0, 1]")
+        for name in ("judge_accept_cut", "reader_accept_cut", "reader_veto_cut"):
+            cut = getattr(self, name)
+            if cut is not None and (
+                isinstance(cut, bool) or not isinstance(cut, int | float) or not 0.0 <= cut <= 1.0
+            ):
+                raise PolicyError(f"{prefix}.{name}", cut, "a number in [0, 1]")
         if self.mode is Mode.ACTIVE and self.active_approval != ACTIVE_APPROVAL:
             raise PolicyError(
                 f"{prefix}.active_approval",
@@ -145,6 +152,8 @@ class RouteConfig:
                 data, prefix, "below_review_with_judge", str, BELOW_REVIEW_ON_REJECT
             ),
             judge_accept_cut=number(data, prefix, "judge_accept_cut", None),
+            reader_accept_cut=number(data, prefix, "reader_accept_cut", None),
+            reader_veto_cut=number(data, prefix, "reader_veto_cut", None),
             tasks=frozenset(map(str, typed(data, prefix, "tasks", list, []))),
         )
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.authority import Authority, accepted_by, opinion_may_hold
-from pipeline.deferral import defer_to_judge
+from pipeline.deferral import defer_to_judge, reader_score, veto_judge_yes
+from pipeline.grounding import CLAIM_READER, GroundingModel
 from pipeline.errors import PolicyError
 from pipeline.results import GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
@@ -109,6 +110,45 @@ class TestDeferral:
         assert defer_to_judge(decide(0.7), JUDGING, True) is None
 
 
+READING = RouteConfig(reader_accept_cut=0.7, reader_veto_cut=0.2)
+WITH_READER = GroundingModel(("log_sgi", CLAIM_READER), (1.0, 2.0), 0.0)
+
+
+def scored(reader: float) -> GroundingScore:
+    return GroundingScore(0.9, SGIResult(1.0, 0.5, 0.5, 0, 1), {CLAIM_READER: reader})
+
+
+class TestReaderGuards:
+    """With a judge at hand, geometry and the claim reader must both be conclusive to skip
+    it; and the reader's clear 'unsupported' holds the judge's yes for a person."""
+
+    def test_the_reader_is_read_only_where_the_model_weighs_it(self) -> None:
+        assert reader_score(scored(0.31), WITH_READER) == pytest.approx(0.31)
+        ignoring = GroundingModel(("log_sgi", CLAIM_READER), (1.0, 0.0), 0.0)
+        assert reader_score(scored(0.31), ignoring) is None  # never run: 0.0 is no reading
+        assert reader_score(scored(0.31), None) is None
+        assert reader_score(SGIResult(1.0, 0.5, 0.5, 0, 1), WITH_READER) is None
+
+    def test_an_accept_the_reader_doubts_goes_to_the_judge(self) -> None:
+        sure = decide(0.99)
+        assert sure.action is SwitchAction.ACCEPT
+        reason = defer_to_judge(sure, READING, True, reader=0.5)
+        assert "reader_accept_cut 0.700" in reason and "0.500" in reason
+        assert defer_to_judge(sure, READING, True, reader=0.9) is None
+        assert defer_to_judge(sure, READING, True, reader=None) is None
+        assert defer_to_judge(sure, READING, False, reader=0.5) is None  # no judge: stands
+
+    def test_the_reader_never_sends_a_non_accept_to_the_judge(self) -> None:
+        assert defer_to_judge(decide(0.7), READING, True, reader=0.0) is None
+
+    def test_a_judge_yes_on_a_clearly_unsupported_claim_goes_to_a_person(self) -> None:
+        reason = veto_judge_yes(0.05, READING)
+        assert reason is not None and "reader_veto_cut 0.200" in reason
+        assert veto_judge_yes(0.5, READING) is None
+        assert veto_judge_yes(None, READING) is None
+        assert veto_judge_yes(0.05, RouteConfig()) is None  # no cut set: the yes stands
+
+
 class TestRouteSettings:
     def test_read_from_the_policy_table(self) -> None:
         route = RouteConfig.from_mapping(
@@ -125,6 +165,9 @@ class TestRouteSettings:
             ({"judge_accept_cut": 1.5}, "routes.r.judge_accept_cut"),
             ({"judge_accept_cut": "0.9"}, "routes.r.judge_accept_cut"),
             ({"judge_accept_cut": True}, "routes.r.judge_accept_cut"),
+            ({"reader_accept_cut": 2}, "routes.r.reader_accept_cut"),
+            ({"reader_veto_cut": -0.1}, "routes.r.reader_veto_cut"),
+            ({"reader_veto_cut": "low"}, "routes.r.reader_veto_cut"),
         ],
     )
     def test_invalid_settings_name_the_field(self, data: dict, field: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from pipeline.deferral import reader_score, veto_judge_yes
 from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
 from pipeline.routing import expired
 from pipeline.switch import SwitchAction
@@ -66,6 +67,14 @@ class JudgeStage(EnvelopeStage):
         action = {JudgeVerdict.YES: SwitchAction.ACCEPT, JudgeVerdict.NO: route.on_reject}.get(
             verdict, SwitchAction.ESCALATE
         )
+        gate = None if verdict is not JudgeVerdict.UNSURE else "judge_unsure"
+        if verdict is JudgeVerdict.YES:
+            score_on_env = None if env.geometry is None else env.geometry.score
+            vetoed = veto_judge_yes(
+                reader_score(score_on_env, ctx.policy.grounding_for(route.name)), route
+            )
+            if vetoed is not None:
+                action, reason, gate = SwitchAction.ESCALATE, vetoed, "reader_veto"
         return conclude(
             ctx,
             env,
@@ -79,7 +88,7 @@ class JudgeStage(EnvelopeStage):
             level=verdict.value,
             evidence=evidence,
             breaker={"judge": endpoint.breaker_state.status.value},
-            gate=None if verdict is not JudgeVerdict.UNSURE else "judge_unsure",
+            gate=gate,
         )
 
     async def close(self) -> None:

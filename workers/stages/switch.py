@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pipeline.deferral import defer_to_judge
+from pipeline.deferral import defer_to_judge, reader_score
 from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
@@ -92,7 +92,8 @@ class SwitchStage(EnvelopeStage):
             )
         switch, thresholds = self._switch(ctx, route)
         decision = switch.decide(result)
-        deferred = defer_to_judge(decision, route, self.judge_available)
+        reader = reader_score(result, ctx.policy.grounding_for(route.name))
+        deferred = defer_to_judge(decision, route, self.judge_available, reader)
         escalated = deferred is not None or decision.action is not SwitchAction.ACCEPT
         _save(ctx, key, before, leave(session, escalated, c.turn))
         return conclude(
