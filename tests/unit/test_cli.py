@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pipeline.records import make_record
 from topics.codec import dumps, loads
 from workers.cli import main
-from workers.runtime import kafka_tools
+from workers.runtime import kafka_tools, runner
 from workers.runtime.kafka_tools import UnknownTopic, check_candidates, numbered_lines
 from workers.runtime.outcomes import Trails
 from workers.runtime.ready import (
@@ -323,12 +323,18 @@ class TestReadiness:
         ]
         assert now[0] >= 3.0
 
-    def test_wait_ready_command_exits_1_naming_them(self, tmp_path: Path) -> None:
+    def test_wait_ready_command_exits_1_naming_them(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        asked: list[str] = []  # the broker check, faked here (tests/unit has no broker)
+        monkeypatch.setattr(runner, "require_topics", lambda s: asked.append(s.topic_prefix))
         env = {"GROUNDSTREAM_DATA_DIR": str(tmp_path), "GROUNDSTREAM_TOPIC_PREFIX": "t."}
         result = run("wait-ready", "--timeout", "0", "--stage", "rules", env=env)
         assert result.exit_code == 1 and "not ready after 0s: rules" in result.stderr
+        assert asked == []
         announce_ready(self.settings(tmp_path), "rules", "g", [0], err=io.StringIO())
         assert run("wait-ready", "--timeout", "0", "--stage", "rules", env=env).exit_code == 0
+        assert asked == ["t."]  # ready means the broker answered too
 
     def test_wait_ready_rejects_an_unknown_stage(self) -> None:
         result = CliRunner().invoke(main, ["wait-ready", "--stage", "nope"])
