@@ -991,12 +991,14 @@ def audit() -> None:
 
 
 @audit.command("record")
-def audit_record() -> None:
-    """Run the audit recorder: decisions → audit (chained) and decisions.public."""
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+def audit_record(policy: str | None) -> None:
+    """Run the audit recorder: decisions → audit (chained) and decisions.public.
+    `worker all` runs it too."""
     from workers.runtime.audit import key_from_env
     from workers.runtime.recorder import run_recorder
 
-    settings = _settings()
+    settings = _settings(policy)
     _policy(settings)
     _require_broker(settings)
     run_recorder(settings, key_from_env())
