@@ -32,8 +32,11 @@ async def create_topics(
     partitions: int,
     replication: int,
     specs: Iterable[TopicSpec] = TOPIC_SPECS,
+    extra: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Create every topic that does not exist yet; returns name → 'created' | 'exists'."""
+    """Create every topic that does not exist yet; returns name → 'created' | 'exists'.
+    `extra`: plain topics by their full name (no prefix, no configs), such as a source
+    topic to try `attach` on, which `attach` refuses to create itself."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
     await admin.start()
     try:
@@ -47,6 +50,7 @@ async def create_topics(
             )
             for spec in specs
         ]
+        wanted += [NewTopic(name, partitions, replication) for name in extra]
         report = {t.name: "exists" for t in wanted if t.name in existing}
         missing = [t for t in wanted if t.name not in existing]
         if missing:

@@ -151,6 +151,61 @@ def _kafka(call: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(call)
 
 
+def _check_input(
+    line: str | None, question: str | None, context: tuple[str, ...], response: str | None
+) -> tuple[str, str | list[str] | None, str]:
+    """(question, context or None, response) from the options or one JSON line."""
+    if line is not None:
+        if question or context or response:
+            raise click.UsageError("give a JSON line or --question/--context/--response, not both")
+        from topics.codec import loads
+
+        try:
+            data = loads(sys.stdin.read() if line == "-" else line)
+        except ValueError as exc:
+            raise click.ClickException(f"LINE is not a JSON line: {exc}") from None
+        if not isinstance(data, dict):
+            raise click.ClickException("LINE is not a JSON object")
+        question, response, found = data.get("question"), data.get("response"), data.get("context")
+        context = tuple([found] if isinstance(found, str) else found or ())
+    for name, value in (("question", question), ("response", response)):
+        if not isinstance(value, str) or not value.strip():
+            raise click.ClickException(f"{name} is missing or empty")
+    if not all(isinstance(c, str) and c.strip() for c in context):
+        raise click.ClickException("every context chunk must be non-empty text")
+    assert question is not None and response is not None
+    return question, (list(context) or None), response
+
+
+@main.command("check")
+@click.argument("line", required=False)
+@click.option("--question", "-q", help="The question the answer replies to.")
+@click.option("--context", "-c", multiple=True, help="A context chunk (repeatable; none: DGI).")
+@click.option("--response", "-r", help="The answer to check.")
+def check_command(
+    line: str | None, question: str | None, context: tuple[str, ...], response: str | None
+) -> None:
+    """Check one answer at the terminal, as the geometry stage and the switch would:
+    `groundstream check -q Q -c CONTEXT -r ANSWER`, or one JSON line
+    ('{"question": …, "context": …, "response": …}', or - to read it from stdin).
+    Prints check(score).render(), the switch's decision and P(grounded), under the active
+    policy (GROUNDSTREAM_POLICY, else the shipped one)."""
+    import pipeline
+
+    q, chunks, r = _check_input(line, question, context, response)
+    score = pipeline.score_candidate(q, r, chunks)
+    decision = pipeline.GroundingSwitch().decide(score)
+    click.echo(pipeline.check(score).render())
+    click.echo(
+        f"switch: {decision.action.value} (write_to_state={decision.write_to_state}): "
+        f"{decision.reason}"
+    )
+    if isinstance(score, pipeline.GroundingScore):
+        click.echo(f"P(grounded) {score.value:.3f} (SGI {score.sgi.value:.3f})")
+    else:
+        click.echo(f"P(grounded) n/a: no grounding model for {score.method.upper()} scores")
+
+
 MAX_LISTED = 20
 """Bad lines `produce` lists one by one before it only counts them."""
 
@@ -240,7 +295,13 @@ def topics() -> None:
 
 
 @topics.command("create")
-def topics_create() -> None:
+@click.option(
+    "--also",
+    "extra",
+    multiple=True,
+    help="Also create this topic by its full name (e.g. a source to try `attach` on).",
+)
+def topics_create(extra: tuple[str, ...]) -> None:
     """Create the ladder's topics (partitions and replication from settings)."""
     from topics.admin import create_topics
 
@@ -251,6 +312,7 @@ def topics_create() -> None:
             settings.topic_prefix,
             settings.partitions,
             settings.replication,
+            extra=extra,
         )
     )
     for name, status in sorted(report.items()):

@@ -221,3 +221,21 @@ def test_audit_verify_never_calls_unchained_decisions_intact(
     done = groundstream(env, "audit", "verify", "--grace", "0", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert loads(done.stdout)["entries"] == 1
+
+
+def test_topics_create_also_makes_a_source_topic_attach_then_reads(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Issue 22: attach refuses a missing source topic (rightly); the README's way to make
+    one for a try is `topics create --also NAME`."""
+    env = worker_env(kafka_bootstrap, topic_prefix, tmp_path / "data")
+    source = f"{topic_prefix}chat.completions"
+    refused = groundstream(env, "attach", "--source", source, "--preset", "openai-chat")
+    assert refused.returncode != 0 and source in refused.stderr
+    done = cli(env, "topics", "create", "--also", source)
+    assert f"created  {source}" in done.stdout
+    ran = groundstream(
+        env, "attach", "--source", source, "--preset", "openai-chat", "--until-idle", "2"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "attached: candidates=0 pass_through=0" in ran.stderr

@@ -378,3 +378,26 @@ class TestCalibrateTask:
         )
         assert result.exit_code == 2
         assert "--max-accept-error-long applies to fits on DATA" in result.output
+
+
+class TestCheckInput:
+    """`groundstream check`'s input: options or one JSON line, never both; each missing
+    piece named in one line (the scoring itself is tests/integration/test_first_hour.py)."""
+
+    def test_options_and_a_json_line_read_the_same(self) -> None:
+        from workers.cli import _check_input
+
+        by_options = _check_input(None, "q?", ("c1", "c2"), "a.")
+        line = dumps({"question": "q?", "context": ["c1", "c2"], "response": "a."}).decode()
+        assert by_options == _check_input(line, None, (), None) == ("q?", ["c1", "c2"], "a.")
+        assert _check_input('{"question": "q?", "context": "c", "response": "a."}', None, (), None)[
+            1
+        ] == ["c"]
+        assert _check_input(None, "q?", (), "a.")[1] is None  # no context: DGI
+
+    def test_a_missing_piece_is_one_line(self) -> None:
+        result = run("check", '{"question": "q?"}')
+        assert result.exit_code == 1
+        assert result.stderr.strip() == "Error: response is missing or empty"
+        result = run("check", "-q", "q?", "-r", "a.", '{"question": "q?"}')
+        assert result.exit_code == 2 and "not both" in result.stderr

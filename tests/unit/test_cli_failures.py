@@ -59,6 +59,7 @@ MALFORMED: dict[str, list[str]] = {
     "bench plot": ["bench", "plot", "{bad}", "--out", "{tmp}/plot"],
     "encoder export": ["encoder", "export", "--model", "{tmp}"],
     "verify": ["verify", "{good}", "--policy", "{bad}"],
+    "check": ["check", "[not json"],  # a malformed line rather than a file
 }
 
 # Commands neither table can reach, and why.
@@ -139,4 +140,4 @@ def test_an_unreachable_broker_is_one_line_naming_the_setting(runs, name: str) -
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_a_malformed_file_is_one_line_naming_it(runs, name: str) -> None:
     line = one_line(runs["malformed", name])
-    assert "bad.jsonl" in line or "model.safetensors" in line, line
+    assert "bad.jsonl" in line or "model.safetensors" in line or "not a JSON line" in line, line
