@@ -6,17 +6,24 @@ DEPS_STAMP := $(VENV)/.deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 
 .PHONY: venv demo test test-unit lint format bench kafka-start kafka-stop
 
+# Each set-up step says what it does first: the first run takes minutes (torch is large).
 $(DEPS_STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "[set-up 1/3] virtualenv in $(VENV)"
+	@python3 -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@echo "[set-up 2/3] installing groundstream and its dependencies (first time: several minutes)"
+	@$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
 
 venv: $(DEPS_STAMP)
-	@# Point the shared venv's `groundstream` at this clone (fast: no dependencies).
-	$(PY) -m pip install --quiet --no-deps -e .
+	@# Point the shared venv's `groundstream` at this clone (fast: no dependencies), unless
+	@# it already is: a second editable install would print setuptools' warnings again.
+	@(cd / && $(PY) -c "import sys, workers; sys.exit(not workers.__file__.startswith('$(CURDIR)/'))") \
+		|| { echo "[set-up] pointing $(VENV)/bin/groundstream at $(CURDIR)"; \
+		     $(PY) -m pip install --quiet --no-deps -e .; }
 
 demo: venv
+	@echo "[set-up 3/3] loading the encoder and running the ladder in-process on examples/candidates.jsonl"
 	$(VENV)/bin/groundstream verify examples/candidates.jsonl --out out/decisions.jsonl
 	@echo "decision records: out/decisions.jsonl"
 

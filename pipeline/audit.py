@@ -34,7 +34,12 @@ candidate and stage, and where it sits in the log):
 * inserted — a sequence number that occurs twice;
 * a trail without its outcome, and a candidate in `candidates` with no outcome (what a
   cut tail, or a whole candidate deleted, leaves behind), unless it is still in flight;
-* a chain shorter than its recorded head (a cut tail).
+* a chain shorter than its recorded head (a cut tail);
+* unrecorded — decision records on `decisions` that no audit entry covers (the entry's
+  `source` names the record's partition and offset), once older than the grace: its
+  recorder is not running, or behind by more than the bound; and an empty audit log
+  while decisions or candidates exist. "Intact" is never said about records nobody
+  chained: a forged record appended to `decisions` with no recorder running is named here.
 A superseded attempt (a later decision the outcome ledger did not deliver) is reported as
 such, never as tampering.
 
@@ -76,6 +81,7 @@ class Finding(StrEnum):
     REORDERED = "reordered"
     INSERTED = "inserted"
     UNVERIFIABLE = "unverifiable"
+    UNRECORDED = "unrecorded"
     NO_OUTCOME = "trail without outcome"
     CANDIDATE_WITHOUT_OUTCOME = "candidate without outcome"
     SUPERSEDED = "superseded attempt"
@@ -172,6 +178,21 @@ class CandidateMessage:
     where: str
     at: float
     """Epoch seconds (the message's timestamp)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionMessage:
+    """A message on `decisions`: where the log holds it, whose record it is, and when."""
+
+    partition: int
+    offset: int
+    candidate_id: str
+    at: float
+    """Epoch seconds (the message's timestamp)."""
+
+
+MAX_NAMED = 5
+"""Candidate ids an `unrecorded` problem names before it only counts them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +399,63 @@ def verify_trails(
     return problems, notes
 
 
+def _sources(entries: Iterable[Located]) -> set[tuple[int, int]]:
+    """The (partition, offset) on `decisions` of each entry's record."""
+    out = set()
+    for located in entries:
+        source = located.entry.get("source")
+        if isinstance(source, Mapping):
+            partition, offset = source.get("partition"), source.get("offset")
+            if isinstance(partition, int) and isinstance(offset, int):
+                out.add((partition, offset))
+    return out
+
+
+def _span(found: Sequence[DecisionMessage]) -> str:
+    first, last = found[0], found[-1]
+    at = f"@{first.offset}" + (f"..@{last.offset}" if last.offset != first.offset else "")
+    return f"decisions[{first.partition}]{at}"
+
+
+def _ids(found: Sequence[DecisionMessage]) -> str:
+    ids = list(dict.fromkeys(d.candidate_id for d in found))
+    more = f" and {len(ids) - MAX_NAMED} more" if len(ids) > MAX_NAMED else ""
+    return ", ".join(ids[:MAX_NAMED]) + more
+
+
+def verify_coverage(
+    entries: Sequence[Located], decisions: Sequence[DecisionMessage], *, grace: float
+) -> tuple[list[Problem], list[Problem]]:
+    """Every decision record is chained: those no entry covers are a problem per partition
+    (naming the candidates), unless newer than `grace` seconds before the newest decision
+    — the recorder is then within its bound, and they are a note. Returns (problems, notes)."""
+    covered = _sources(entries)
+    newest = max((d.at for d in decisions), default=0.0)
+    late: dict[int, list[DecisionMessage]] = defaultdict(list)
+    behind: dict[int, list[DecisionMessage]] = defaultdict(list)
+    for d in sorted(decisions, key=lambda d: (d.partition, d.offset)):
+        if (d.partition, d.offset) not in covered:
+            (behind if grace > 0 and newest - d.at < grace else late)[d.partition].append(d)
+    problems = [
+        Problem(
+            Finding.UNRECORDED,
+            _span(found),
+            f"{len(found)} decision record(s) no audit entry covers ({_ids(found)}): "
+            "is `groundstream audit record` running? (`worker all` runs it)",
+        )
+        for found in late.values()
+    ]
+    notes = [
+        Problem(
+            Finding.IN_FLIGHT,
+            _span(found),
+            f"{len(found)} decision record(s) not chained yet (newer than the grace)",
+        )
+        for found in behind.values()
+    ]
+    return problems, notes
+
+
 def verify(
     entries: Iterable[Located],
     candidates: Sequence[CandidateMessage],
@@ -386,10 +464,28 @@ def verify(
     anchored: bool = True,
     heads: Mapping[str, Head] | None = None,
     grace: float = 60.0,
+    decisions: Sequence[DecisionMessage] | None = None,
 ) -> AuditReport:
-    """Every chain of the log and every candidate's outcome; see the module docstring."""
+    """Every chain of the log and every candidate's outcome; with `decisions` (the
+    records on `decisions` in scope), that each of them is chained. See the module
+    docstring."""
+    entries = list(entries)
     chains: dict[str, list[Located]] = defaultdict(list)
     problems: list[Problem] = []
+    notes: list[Problem] = []
+    if not entries and (candidates or decisions):
+        problems.append(
+            Problem(
+                Finding.UNRECORDED,
+                "the audit log",
+                f"is empty while {len(decisions or ())} decision record(s) and "
+                f"{len(candidates)} candidate(s) exist: nothing was checked; run "
+                "`groundstream audit record` (`worker all` runs it)",
+            )
+        )
+    if decisions:
+        found, notes = verify_coverage(entries, decisions, grace=grace)
+        problems += found
     count = 0
     for located in entries:
         count += 1
@@ -410,11 +506,11 @@ def verify(
                 )
             )
     records = [(e.entry["record"], e.where) for c in chains.values() for e in c]
-    trail_problems, notes = verify_trails(records, candidates, grace=grace)
+    trail_problems, trail_notes = verify_trails(records, candidates, grace=grace)
     return AuditReport(
         chains=len(chains),
         entries=count,
         candidates=len(candidates),
         problems=(*problems, *trail_problems),
-        notes=tuple(notes),
+        notes=(*notes, *trail_notes),
     )

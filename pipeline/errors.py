@@ -8,6 +8,7 @@ GroundstreamError
  ├── PolicyError (ValueError)            a policy or setting is invalid; names the field
  │    └── SettingsError                  workers.runtime.settings: a GROUNDSTREAM_* variable
  ├── ScoringError (ValueError)           an input cannot be scored (empty text, bad shape)
+ ├── DataFileError (ValueError)          a data file is unreadable or malformed; names file, line
  ├── EncoderChanged (ValueError)         pipeline.replay: not the recorded encoder
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
@@ -38,6 +39,11 @@ class PolicyError(GroundstreamError, ValueError):
         self.value = value
         self.expected = expected
         super().__init__(f"invalid setting {field}={value!r}: expected {expected}")
+
+
+class DataFileError(GroundstreamError, ValueError):
+    """A data file (labelled records, claim sets, bench results) is unreadable or malformed;
+    the message names the file and the record or line."""
 
 
 class ScoringError(GroundstreamError, ValueError):

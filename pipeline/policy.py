@@ -55,6 +55,10 @@ extractive-QA route and a summarising route are different populations. A route w
 them uses the policy's top-level fit."""
 
 
+UNKNOWN_ROUTE = "unknown_route"
+"""The record's `gate` when a candidate names a route the policy does not have."""
+
+
 @dataclass(frozen=True, slots=True)
 class RouteFit:
     """A route's own cuts (its table's cuts over the policy's) and, if fitted, its model."""
@@ -115,10 +119,19 @@ class Policy:
         return named or self.route_serving(task) or default
 
     def route(self, name: str) -> RouteConfig:
-        """The named route; an unknown name fails closed to a route in `off` mode."""
+        """The named route; an unknown name fails closed to a route in `off` mode
+        (`unknown_route` says why, for the record)."""
         if name in self.routes:
             return self.routes[name]
         return RouteConfig(name=name, mode=Mode.OFF)
+
+    def unknown_route(self, name: str) -> str | None:
+        """Why `name` is served as mode `off` when the policy has no such route, naming
+        the routes it has; None for a known route. A misspelt route otherwise reads as a
+        deliberate `off` in every record."""
+        if name in self.routes:
+            return None
+        return f"unknown route {name!r} (the policy has {', '.join(sorted(self.routes))})"
 
     def thresholds_dict(self, route: str | None = None) -> dict[str, float]:
         return (self.thresholds if route is None else self.thresholds_for(route)).to_dict()

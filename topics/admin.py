@@ -4,6 +4,7 @@ the settings' partitions and replication: no worker creates a topic of its own."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable
 
@@ -11,6 +12,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from topics.names import TOPIC_SPECS, TopicSpec
+
+VISIBLE_TIMEOUT_S = 30.0
+"""How long `create_topics` waits for the broker's metadata to list what it created."""
 
 
 async def missing_topics(
@@ -32,8 +36,11 @@ async def create_topics(
     partitions: int,
     replication: int,
     specs: Iterable[TopicSpec] = TOPIC_SPECS,
+    extra: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Create every topic that does not exist yet; returns name → 'created' | 'exists'."""
+    """Create every topic that does not exist yet; returns name → 'created' | 'exists'.
+    `extra`: plain topics by their full name (no prefix, no configs), such as a source
+    topic to try `attach` on, which `attach` refuses to create itself."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
     await admin.start()
     try:
@@ -47,6 +54,7 @@ async def create_topics(
             )
             for spec in specs
         ]
+        wanted += [NewTopic(name, partitions, replication) for name in extra]
         report = {t.name: "exists" for t in wanted if t.name in existing}
         missing = [t for t in wanted if t.name not in existing]
         if missing:
@@ -54,6 +62,15 @@ async def create_topics(
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
             report.update({t.name: "created" for t in missing})
+            # The broker acknowledges a creation before its metadata lists the topic; a
+            # worker started right after (`topics create && worker all`) would then find
+            # its topics missing and refuse to start. Return once they are listed.
+            names = {t.name for t in missing}
+            deadline = asyncio.get_running_loop().time() + VISIBLE_TIMEOUT_S
+            while not names <= set(await admin.list_topics()):
+                if asyncio.get_running_loop().time() > deadline:
+                    break  # the workers' own check names whatever is still missing
+                await asyncio.sleep(0.2)
         return report
     finally:
         await admin.close()

@@ -20,6 +20,14 @@ from workers.runtime.settings import Settings
 T = TypeVar("T")
 
 
+def _bad_setting(exc: PolicyError) -> click.ClickException:
+    """A bad setting or policy file: one line naming it, exit 2 (no usage text: the
+    command line was fine)."""
+    error = click.ClickException(str(exc))
+    error.exit_code = 2
+    return error
+
+
 def _settings(policy: str | None = None) -> Settings:
     """Settings from the environment; `--log-level`, when given, wins over it."""
     ctx = click.get_current_context(silent=True)
@@ -27,17 +35,71 @@ def _settings(policy: str | None = None) -> Settings:
     try:
         return Settings.from_env(policy=policy, log_level=log_level)
     except PolicyError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise _bad_setting(exc) from None
 
 
 def _policy(settings: Settings):
     try:
         return settings.load_policy()
     except PolicyError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise _bad_setting(exc) from None
 
 
-@click.group()
+def _bootstrap() -> str:
+    """The broker a failed command was talking to, for its one-line message."""
+    try:
+        return Settings.from_env().bootstrap_servers
+    except PolicyError:
+        return os.environ.get("GROUNDSTREAM_BOOTSTRAP_SERVERS", "?")
+
+
+def _one_line(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and exit status for an error a user can cause, else None (a bug,
+    which keeps its traceback). An absent broker or missing topics exit 2, an input
+    groundstream refuses on purpose (bad file, bad setting, not waiting) and an
+    unreadable path exit 1."""
+    from aiokafka.errors import KafkaError
+
+    from pipeline.errors import GroundstreamError
+    from workers.runtime.kafka_tools import UnknownTopic
+    from workers.runtime.runner import TopicsMissing
+
+    if isinstance(exc, UnknownTopic | TopicsMissing):
+        return exc.args[0], 2
+    if isinstance(exc, KafkaError):
+        # The clients the failed call left unclosed complain at exit; the line says it all.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        return (
+            f"cannot reach Kafka at {_bootstrap()} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
+            f"{type(exc).__name__}",
+            2,
+        )
+    if isinstance(exc, GroundstreamError):
+        return str(exc), 1
+    if isinstance(exc, OSError):  # a path that is missing, unreadable or not a model
+        return (f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)), 1
+    return None
+
+
+class _Cli(click.Group):
+    """The root group: every failure a user can cause is one line on stderr and a
+    non-zero exit, never a traceback (tests/unit/test_cli_failures.py runs every command
+    against an unreachable broker and a malformed file)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if isinstance(exc, click.ClickException | click.exceptions.Exit | click.Abort):
+                raise
+            found = _one_line(exc)
+            if found is None:
+                raise
+            click.echo(f"groundstream: {found[0]}", err=True)
+            sys.exit(found[1])
+
+
+@click.group(cls=_Cli)
 @click.option(
     "--log-level",
     default=None,
@@ -76,24 +138,72 @@ def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
     click.echo(f"verified: {summary}", err=True)
 
 
-def _kafka(call: Coroutine[Any, Any, T], settings: Settings) -> T:
-    """Run a Kafka tool; a missing topic or an absent broker is one line and exit 2."""
-    from aiokafka.errors import KafkaError
+def _quiet_kafka() -> None:
+    """For one-shot tools: aiokafka's own log lines about the connection stay quiet unless
+    --log-level is info or debug; a failure is reported once, as one line, by `_Cli`."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
-    from workers.runtime.kafka_tools import UnknownTopic
 
-    try:
-        return asyncio.run(call)
-    except UnknownTopic as exc:
-        click.echo(f"groundstream: {exc.args[0]}", err=True)
-        sys.exit(2)
-    except KafkaError as exc:
-        click.echo(
-            f"groundstream: cannot reach Kafka at {settings.bootstrap_servers} "
-            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}",
-            err=True,
-        )
-        sys.exit(2)
+def _kafka(call: Coroutine[Any, Any, T]) -> T:
+    """Run a one-shot Kafka tool (see `_quiet_kafka`)."""
+    _quiet_kafka()
+    return asyncio.run(call)
+
+
+def _check_input(
+    line: str | None, question: str | None, context: tuple[str, ...], response: str | None
+) -> tuple[str, str | list[str] | None, str]:
+    """(question, context or None, response) from the options or one JSON line."""
+    if line is not None:
+        if question or context or response:
+            raise click.UsageError("give a JSON line or --question/--context/--response, not both")
+        from topics.codec import loads
+
+        try:
+            data = loads(sys.stdin.read() if line == "-" else line)
+        except ValueError as exc:
+            raise click.ClickException(f"LINE is not a JSON line: {exc}") from None
+        if not isinstance(data, dict):
+            raise click.ClickException("LINE is not a JSON object")
+        question, response, found = data.get("question"), data.get("response"), data.get("context")
+        context = tuple([found] if isinstance(found, str) else found or ())
+    for name, value in (("question", question), ("response", response)):
+        if not isinstance(value, str) or not value.strip():
+            raise click.ClickException(f"{name} is missing or empty")
+    if not all(isinstance(c, str) and c.strip() for c in context):
+        raise click.ClickException("every context chunk must be non-empty text")
+    assert question is not None and response is not None
+    return question, (list(context) or None), response
+
+
+@main.command("check")
+@click.argument("line", required=False)
+@click.option("--question", "-q", help="The question the answer replies to.")
+@click.option("--context", "-c", multiple=True, help="A context chunk (repeatable; none: DGI).")
+@click.option("--response", "-r", help="The answer to check.")
+def check_command(
+    line: str | None, question: str | None, context: tuple[str, ...], response: str | None
+) -> None:
+    """Check one answer at the terminal, as the geometry stage and the switch would:
+    `groundstream check -q Q -c CONTEXT -r ANSWER`, or one JSON line
+    ('{"question": …, "context": …, "response": …}', or - to read it from stdin).
+    Prints check(score).render(), the switch's decision and P(grounded), under the active
+    policy (GROUNDSTREAM_POLICY, else the shipped one)."""
+    import pipeline
+
+    q, chunks, r = _check_input(line, question, context, response)
+    score = pipeline.score_candidate(q, r, chunks)
+    decision = pipeline.GroundingSwitch().decide(score)
+    click.echo(pipeline.check(score).render())
+    click.echo(
+        f"switch: {decision.action.value} (write_to_state={decision.write_to_state}): "
+        f"{decision.reason}"
+    )
+    if isinstance(score, pipeline.GroundingScore):
+        click.echo(f"P(grounded) {score.value:.3f} (SGI {score.sgi.value:.3f})")
+    else:
+        click.echo(f"P(grounded) n/a: no grounding model for {score.method.upper()} scores")
 
 
 MAX_LISTED = 20
@@ -124,7 +234,7 @@ def produce(input_file: Path, topic: str, no_check: bool) -> None:
         click.echo(f"{input_file}:{n}: would be dead-lettered: {reason}", err=True)
     if len(bad) > MAX_LISTED:
         click.echo(f"… and {len(bad) - MAX_LISTED} more", err=True)
-    sent = _kafka(produce_file(settings, input_file, topic, leave_out=bad), settings)
+    sent = _kafka(produce_file(settings, input_file, topic, leave_out=bad))
     click.echo(f"produced {sent} messages to {settings.topic_prefix}{topic}", err=True)
     if bad:
         click.echo(
@@ -152,7 +262,7 @@ def consume(topic: str, max_messages: int | None, timeout: float) -> None:
     from workers.runtime.kafka_tools import consume_topic
 
     settings = _settings()
-    _kafka(consume_topic(settings, topic, max_messages, timeout, sys.stdout), settings)
+    _kafka(consume_topic(settings, topic, max_messages, timeout, sys.stdout))
 
 
 @main.command()
@@ -170,7 +280,7 @@ def outcomes(timeout: float, follow: bool) -> None:
     from workers.runtime.kafka_tools import print_outcomes
 
     settings = _settings()
-    trails = _kafka(print_outcomes(settings, None if follow else timeout, sys.stdout), settings)
+    trails = _kafka(print_outcomes(settings, None if follow else timeout, sys.stdout))
     for line in trails.pending():
         click.echo(line)
     again = f", {trails.superseded} superseded attempt(s)" if trails.superseded else ""
@@ -185,17 +295,24 @@ def topics() -> None:
 
 
 @topics.command("create")
-def topics_create() -> None:
+@click.option(
+    "--also",
+    "extra",
+    multiple=True,
+    help="Also create this topic by its full name (e.g. a source to try `attach` on).",
+)
+def topics_create(extra: tuple[str, ...]) -> None:
     """Create the ladder's topics (partitions and replication from settings)."""
     from topics.admin import create_topics
 
     settings = _settings()
-    report = asyncio.run(
+    report = _kafka(
         create_topics(
             settings.bootstrap_servers,
             settings.topic_prefix,
             settings.partitions,
             settings.replication,
+            extra=extra,
         )
     )
     for name, status in sorted(report.items()):
@@ -207,20 +324,31 @@ def topics_create() -> None:
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
-    from workers.runtime.runner import TopicsMissing, require_topics, run_all, run_stage
+    from workers.runtime.runner import run_all, run_stage
     from workers.stages.ladder import STAGE_NAMES
 
     if stage != "all" and stage not in STAGE_NAMES:
         raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
     settings = _settings(policy)
     _policy(settings)  # fail at start-up on a bad policy, naming the setting
-    try:
-        require_topics(settings)
-    except TopicsMissing as exc:
-        raise click.ClickException(str(exc)) from None
+    _require_broker(settings)
     if stage == "all":
         sys.exit(run_all(settings, policy))
     run_stage(stage, settings)
+
+
+def _require_broker(settings: Settings) -> None:
+    """A service refuses to start without its broker and topics (it would sit idle, or
+    log a retry every few seconds); later outages are its own to ride out."""
+    from workers.runtime.runner import require_topics
+
+    kafka_log = logging.getLogger("aiokafka")
+    level = kafka_log.level
+    _quiet_kafka()
+    try:
+        require_topics(settings)  # TopicsMissing: one line, by `_Cli`
+    finally:
+        kafka_log.setLevel(level)  # the running service logs the client as before
 
 
 @main.command("wait-ready")
@@ -243,9 +371,12 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
     if unknown:
         raise click.BadParameter(f"{', '.join(unknown)}: expected one of {', '.join(STAGE_NAMES)}")
     wanted = stages or STAGE_NAMES
-    waiting = wait_ready(_settings(), wanted, timeout)
+    settings = _settings()
+    waiting = wait_ready(settings, wanted, timeout)
     if waiting:
         raise click.ClickException(f"not ready after {timeout:g}s: {', '.join(waiting)}")
+    # The ready files say the processes joined; a broker gone since would still read ready.
+    _require_broker(settings)
     click.echo(f"ready: {', '.join(wanted)}", err=True)
 
 
@@ -427,8 +558,7 @@ def _calibrate_from_decisions(
                 max_accept_error=max_accept_error,
                 encoder=default_encoder(),
                 command=command,
-            ),
-            settings,
+            )
         )
     except (PolicyError, ScoringError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -662,7 +792,7 @@ def review_list(as_json: bool, texts: bool) -> None:
     """List candidates waiting for a person's verdict."""
     from workers.stages.review import pending
 
-    items = asyncio.run(pending(_settings()))
+    items = _kafka(pending(_settings()))
     if as_json:
         from topics.codec import dumps
 
@@ -701,7 +831,7 @@ def review_export(out_file: Path, since: str | None, route: str | None) -> None:
         start = None if since is None else parse_since(since)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    written, missing = asyncio.run(export_reviewed(_settings(), out_file, since=start, route=route))
+    written, missing = _kafka(export_reviewed(_settings(), out_file, since=start, route=route))
     left_out = f"; left out: {missing} candidate(s) not found" if missing else ""
     click.echo(f"wrote {written} reviewed candidates to {out_file}{left_out}")
 
@@ -713,7 +843,7 @@ def review_show(candidate_id: str) -> None:
     and the answer, as raw text; plus why it waits and who has claimed it."""
     from workers.stages.review import pending
 
-    items = {p.envelope.candidate.id: p for p in asyncio.run(pending(_settings()))}
+    items = {p.envelope.candidate.id: p for p in _kafka(pending(_settings()))}
     if candidate_id not in items:
         raise click.ClickException(f"{candidate_id!r} is not waiting for review")
     summary, texts = items[candidate_id].summary(), items[candidate_id].texts()
@@ -740,7 +870,7 @@ def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: s
 
     settings = _settings(policy)
     try:
-        record = asyncio.run(
+        record = _kafka(
             decide(settings, _policy(settings), candidate_id, HumanVerdict(verdict), by, note)
         )
     except (LookupError, ValueError) as exc:
@@ -756,6 +886,7 @@ def dashboard(policy: str | None) -> None:
 
     settings = _settings(policy)
     _policy(settings)
+    _require_broker(settings)
     run_dashboard(settings)
 
 
@@ -777,7 +908,7 @@ def kill_switch(state: str, by: str | None) -> None:
         from pipeline.records import iso_time
         from workers.runtime.kafka_tools import kill_switch_status
 
-        now = _kafka(kill_switch_status(settings), settings)
+        now = _kafka(kill_switch_status(settings))
         if now is None:
             click.echo("kill switch off (never set)")
         else:
@@ -787,7 +918,7 @@ def kill_switch(state: str, by: str | None) -> None:
         return
     if not by:
         raise click.UsageError("kill-switch on/off needs --by (who flips it)")
-    asyncio.run(
+    _kafka(
         publish_kill_switch(
             settings.bootstrap_servers, settings.topic(Topic.CONTROL), state == "on", by
         )
@@ -830,6 +961,7 @@ def replay(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     settings = _settings(policy)
+    _quiet_kafka()
     try:
         run = replay(
             settings,
@@ -899,7 +1031,7 @@ def attach(
     if mapping is None:
         raise click.UsageError("no [attach] mapping in the policy: add one, or pass --preset")
     try:
-        counts = asyncio.run(
+        counts = _kafka(
             run_attach(
                 settings,
                 source,
@@ -921,13 +1053,16 @@ def audit() -> None:
 
 
 @audit.command("record")
-def audit_record() -> None:
-    """Run the audit recorder: decisions → audit (chained) and decisions.public."""
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+def audit_record(policy: str | None) -> None:
+    """Run the audit recorder: decisions → audit (chained) and decisions.public.
+    `worker all` runs it too."""
     from workers.runtime.audit import key_from_env
     from workers.runtime.recorder import run_recorder
 
-    settings = _settings()
+    settings = _settings(policy)
     _policy(settings)
+    _require_broker(settings)
     run_recorder(settings, key_from_env())
 
 
@@ -958,6 +1093,7 @@ def audit_verify(session: str | None, start: str | None, grace: float, as_json: 
         position = None if start is None else parse_position(start)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    _quiet_kafka()
     try:
         report = audit_verify(_settings(), AuditScope(position, session, grace), key_from_env())
     except LookupError as exc:

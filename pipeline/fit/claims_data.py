@@ -25,8 +25,8 @@ Why it exists
     never scores a context it trained on. Synthetic examples take their source's group.
 
 Failure posture
-    Readers raise ``ValueError`` naming the record when a field is missing or a label is
-    unknown. Generators are deterministic given their ``seed``.
+    Readers raise ``DataFileError`` (a ``ValueError``) naming the record when a field is
+    missing or a label is unknown. Generators are deterministic given their ``seed``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pathlib import Path
 
 from pipeline.chunks import context_chunks
 from pipeline.claims import context_statements, split_claims, strip_lead_in
+from pipeline.errors import DataFileError
 
 __all__ = [
     "REPHRASE_STYLES",
@@ -84,19 +85,25 @@ class ClaimExample:
 
 
 def _records(path: Path) -> Iterator[dict]:
-    with path.open(encoding="utf-8") as handle:
-        for n, line in enumerate(handle):
-            if line.strip():
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}:{n + 1}: not a JSON object")
-                yield record
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for n, line in enumerate(handle):
+                if line.strip():
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DataFileError(f"{path}:{n + 1}: invalid JSON: {exc}") from None
+                    if not isinstance(record, dict):
+                        raise DataFileError(f"{path}:{n + 1}: not a JSON object")
+                    yield record
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
 def _label(record: dict, where: str) -> int:
     label = record.get("metadata", {}).get("label")
     if label not in ("right", "hallucinated"):
-        raise ValueError(f"{where}: unknown label {label!r}")
+        raise DataFileError(f"{where}: unknown label {label!r}")
     return SUPPORTED if label == "right" else UNSUPPORTED
 
 
@@ -431,7 +438,7 @@ def halueval_examples(path: Path) -> list[ClaimExample]:
     for n, record in enumerate(_records(path)):
         for key in ("knowledge", "right_answer", "hallucinated_answer"):
             if key not in record:
-                raise ValueError(f"{path.name}:{n + 1}: missing {key!r}")
+                raise DataFileError(f"{path.name}:{n + 1}: missing {key!r}")
         for style in REPHRASE_STYLES:
             for key, label in (("right_answer", SUPPORTED), ("hallucinated_answer", UNSUPPORTED)):
                 claims = split_claims(rephrase(record[key], style))

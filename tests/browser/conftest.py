@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.async_api import ConsoleMessage, Page, Request, async_playwright, expect
+from playwright.async_api import (
+    ConsoleMessage,
+    Page,
+    Request,
+    Response,
+    async_playwright,
+    expect,
+)
 
 from tests.integration import conftest as shared
 
@@ -38,6 +45,8 @@ class Visit:
     url: str
     errors: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """URLs the page asked for that are not there (404), the favicon's included."""
 
     def console(self, message: ConsoleMessage) -> None:
         # A refused request logs "Failed to load resource": that status is what the page
@@ -49,10 +58,16 @@ class Visit:
         if not request.url.startswith(self.url):
             self.outside.append(request.url)
 
+    def response(self, response: Response) -> None:
+        if response.status == 404:
+            self.missing.append(response.url)
+
     def assert_clean(self) -> None:
-        """No script error in the page, and nothing fetched from another origin."""
+        """No script error in the page, nothing fetched from another origin, and nothing
+        it asked for missing."""
         assert self.errors == [], self.errors
         assert self.outside == [], self.outside
+        assert self.missing == [], self.missing
 
 
 @pytest.fixture
@@ -70,6 +85,7 @@ async def visit(dashboard_url: str) -> AsyncIterator[Visit]:
             page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
             page.on("console", tab.console)
             page.on("request", tab.request)
+            page.on("response", tab.response)
             await page.goto(dashboard_url)
             await expect(page.locator("#conn")).to_have_text("live")
             yield tab

@@ -226,10 +226,13 @@ async def test_a_candidates_trail_is_found_by_id(
     trail = page.locator("#trail")
     await expect(trail).to_be_visible()
     for r in wanted:
-        label = f"→ {r['topic']}" if r["stage"] == "outcome" else r["stage"]
+        label = r["topic"] if r["stage"] == "outcome" else r["stage"]
         await expect(trail.locator(".step strong", has_text=label)).to_have_count(1)
     steps = await trail.locator(".step strong").all_text_contents()
-    assert steps[0] == "geometry" and steps[-1].startswith("→ ")  # oldest first
+    assert steps[0] == "geometry" and steps[-1] == wanted[-1]["topic"]  # oldest first
+    # One arrow between steps, never two (issue 22 saw "→ → escalations.review").
+    assert "→ →" not in " ".join((await trail.inner_text()).split())
+    assert await trail.locator(".arrow").count() == len(wanted) - 1
 
     await page.fill("#filter", "no-such-candidate")
     await expect(page.locator("#decisions")).to_have_text("no such candidate")
@@ -299,6 +302,14 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     await expect(message).to_contain_text("Sign in again with the dashboard token")
     await expect(page.locator("#creds")).to_have_text("Sign in")  # the wrong token is dropped
 
+    # Signing in again with the right token answers the refusal: it goes at once, not at
+    # the next 10-second refresh (issue 22 saw it stay red for 12 s).
+    await page.click("#creds")
+    await sign_in(visit, DASHBOARD_TOKEN)
+    await expect(page.locator("#who")).to_have_text("reviewer: ann")
+    await expect(message).to_be_hidden(timeout=2_000)
+    await page.click("#creds")  # sign out again: nothing below is decided
+
     await expect(row).to_be_visible()  # still waiting: nothing was decided
     assert RAW_ANSWER not in await page.content()
     on_state = await consume_all(
@@ -306,3 +317,54 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     )
     assert on_state == []
     visit.assert_clean()
+
+
+async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
+    visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings
+):
+    """What a newcomer saw in the browser (issue 22, item 6), each kept fixed."""
+    from workers.runtime.control import publish_kill_switch
+
+    page = visit.page
+    now = time.time()
+    # Records of several sessions (so several partitions) arrive out of time order.
+    late = [decision_record(f"o-{i}", "geometry", "scored", decided_at=now - 60 + at)
+            for i, at in enumerate((30, 10, 50, 20, 40))]  # fmt: skip
+    dead = decision_record(
+        "dead-1", "outcome", "deadletter", topic="deadletter", route="", mode="", reason="bad json"
+    )
+    await send_decisions(kafka_bootstrap, dashboard_settings, *late, dead)
+    rows = page.locator("#decisions tr[data-at]")
+    await expect(rows).to_have_count(len(late) + 1)
+    times = [int(t) for t in await rows.evaluate_all("rs => rs.map(r => r.dataset.at)")]
+    assert times == sorted(times, reverse=True), times  # "Recent decisions": newest first
+    await page.reload()  # the same order as the server sends it on load
+    await expect(rows).to_have_count(len(late) + 1)
+    again = [int(t) for t in await rows.evaluate_all("rs => rs.map(r => r.dataset.at)")]
+    assert again == times
+
+    # A dead letter has no route or mode to show: not "? / ?".
+    await expect(page.locator("#routes")).to_contain_text("dead-lettered / before routing")
+    assert "? / ?" not in await page.locator("#routes").inner_text()
+
+    # The kill switch banner tells the time in 24 hours, as the rest of the page does.
+    await publish_kill_switch(kafka_bootstrap, dashboard_settings.topic(Topic.CONTROL), True, "ops")
+    banner = page.locator("#banner-detail")
+    await expect(banner).to_contain_text("Turned on by ops at ")
+    text = await banner.inner_text()
+    assert "AM" not in text and "PM" not in text, text
+    assert any(part.count(":") == 2 for part in text.split()), text
+
+    # A body nested 300 deep is refused as too deep, not as "not a JSON object".
+    answer = await page.evaluate(
+        """async (token) => {
+            const deep = "[".repeat(300) + "]".repeat(300);
+            const res = await fetch("/api/kill-switch", {method: "POST",
+                headers: {"Content-Type": "application/json", Authorization: `Bearer ${token}`},
+                body: `{"on": false, "by": "ops", "x": ${deep}}`});
+            return [res.status, (await res.json()).error];
+        }""",
+        DASHBOARD_TOKEN,
+    )
+    assert answer == [400, "body refused: nesting deeper than 64 levels"]
+    visit.assert_clean()  # and no favicon (or anything else) missing

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.records import make_record
+from pipeline.records import make_record, record_hash
 from topics.codec import dumps, loads
 
 from .conftest import consume_all
@@ -174,3 +174,68 @@ def test_a_worker_says_it_is_ready_and_wait_ready_waits_for_it(
             worker.wait(60)
     gone = groundstream(env, "wait-ready", "--stage", "rules", "--timeout", "0")
     assert gone.returncode == 1 and "not ready after 0s: rules" in gone.stderr
+
+
+def test_audit_verify_never_calls_unchained_decisions_intact(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Issue 22: with no recorder running, `audit verify` said "chains 0, entries 0 …
+    intact", and a forged outcome appended to `decisions` went unnamed."""
+    env = worker_env(kafka_bootstrap, topic_prefix, tmp_path / "data")
+    cli(env, "topics", "create")
+    (tmp_path / "c.jsonl").write_bytes(candidate("forged-1", session_id="s") + b"\n")
+    cli(env, "produce", str(tmp_path / "c.jsonl"))
+    forged = {**_record("forged-1", "outcome", "accept", "state"), "session_id": "s"}
+    forged["hash"] = record_hash(forged)  # a careful forger: the record is self-consistent
+    (tmp_path / "d.jsonl").write_bytes(dumps(forged) + b"\n")
+    cli(env, "produce", "--topic", "decisions", str(tmp_path / "d.jsonl"))
+
+    done = groundstream(env, "audit", "verify", "--grace", "0", "--json")
+    assert done.returncode == 1, done.stderr
+    report = loads(done.stdout)
+    assert not report["intact"] and report["entries"] == 0
+    found = {(p["kind"], p["what"].split("[")[0].split()[0]): p for p in report["problems"]}
+    assert "audit record" in found["unrecorded", "the"]["detail"]  # the audit log is empty
+    assert "(forged-1)" in found["unrecorded", "decisions"]["detail"]  # and what it holds
+    assert ("candidate without outcome", "forged-1") in found
+    assert "NOT intact" in done.stderr
+
+    # The recorder chains what is on `decisions`; then the same log verifies.
+    log = (tmp_path / "recorder.log").open("wb")
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "audit", "record"],
+        env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        topic = f"{topic_prefix}audit"
+        for _ in range(120):
+            found = consume_all(kafka_bootstrap, topic, timeout=1, isolation_level="read_committed")
+            if asyncio.run(found):
+                break
+        else:
+            raise AssertionError((tmp_path / "recorder.log").read_text())
+    finally:
+        recorder.send_signal(signal.SIGTERM)
+        recorder.wait(60)
+        log.close()
+    done = groundstream(env, "audit", "verify", "--grace", "0", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert loads(done.stdout)["entries"] == 1
+
+
+def test_topics_create_also_makes_a_source_topic_attach_then_reads(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Issue 22: attach refuses a missing source topic (rightly); the README's way to make
+    one for a try is `topics create --also NAME`."""
+    env = worker_env(kafka_bootstrap, topic_prefix, tmp_path / "data")
+    source = f"{topic_prefix}chat.completions"
+    refused = groundstream(env, "attach", "--source", source, "--preset", "openai-chat")
+    assert refused.returncode != 0 and source in refused.stderr
+    done = cli(env, "topics", "create", "--also", source)
+    assert f"created  {source}" in done.stdout
+    ran = groundstream(
+        env, "attach", "--source", source, "--preset", "openai-chat", "--until-idle", "2"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "attached: candidates=0 pass_through=0" in ran.stderr

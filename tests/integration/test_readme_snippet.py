@@ -33,3 +33,22 @@ def test_the_readme_python_example_prints_what_the_readme_promises():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == list(promised)
+
+
+def test_the_seed_worked_example_prints_both_constructions_as_the_readme_says():
+    """Issue 22: the seed's example under its documented cuts and under the default."""
+    section = _library_section()
+    block = r"```python\n((?:(?!```).)*)```\n\nprints\n\n```text\n((?:(?!```).)*)```"
+    code, printed = re.findall(block, section, re.S)[0]
+    assert "accept_threshold_sgi=1.20, reject_threshold_sgi=0.95" in code
+    assert "GroundingSwitch()" in code
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == printed.splitlines()

@@ -5,7 +5,7 @@ log's verification against each kind of tampering.
 One set of workers serves the module: `groundstream worker all` with the judge pointed at
 a fake server that answers by the ``[case …]`` marker in the question (yes → state, no →
 the route's fallback), under the ladder fixture's policy (every candidate with a context
-climbs to the judge), plus the audit recorder, keyed.
+climbs to the judge); `worker all` runs the audit recorder too, keyed.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ STAGES = 5
 CONTEXT = "The Old Mill museum is open Wednesday to Sunday from 10 am to 5 pm."
 QUESTION = "When is the Old Mill museum open?"
 ANSWER = "The Old Mill museum is open Wednesday to Sunday, 10 am to 5 pm."
-RECORDER_READY = "recorder ready"
 
 
 def candidate(cid: str, case: str, session: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -62,36 +61,6 @@ def groundstream(
         [sys.executable, "-m", "workers.cli", *args],
         env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
-
-
-class Recorder:
-    """`groundstream audit record` in the background, ready once it says so."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 120) -> Recorder:
-        self._out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "audit", "record"],
-            env=self.env, cwd=REPO_ROOT, stdout=self._out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while RECORDER_READY not in self.log.read_text(errors="replace"):
-            assert self.proc.poll() is None, self.log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "recorder not ready"
-            time.sleep(0.5)
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self._out.close()
 
 
 @dataclass
@@ -355,10 +324,10 @@ def audit_verify(gate: Gate, env: dict[str, str] | None = None, *args: str) -> V
 
 
 @pytest.fixture(scope="module")
-def log(gate: Gate) -> Iterator[list[dict]]:
-    """The recorder, started late (it reads `decisions` from the start), and the audit
-    entries once every decision so far is chained."""
-    recorder = Recorder(gate.env, gate.tmp / "recorder.log").start()
+def log(gate: Gate) -> list[dict]:
+    """The audit entries once every decision so far is chained, by the recorder `worker
+    all` runs (issue 22: a second recorder started here would share its transactional id
+    and fence it)."""
     items = [candidate(f"au-{n}", case, session="audited")
              for n, case in enumerate(("yes", "no", "yes"))]  # fmt: skip
     asyncio.run(produce(gate.bootstrap, gate.topic(Topic.CANDIDATES),
@@ -369,8 +338,7 @@ def log(gate: Gate) -> Iterator[list[dict]]:
     while len(entries := gate.read(Topic.AUDIT)) < decisions:
         assert time.monotonic() < deadline, "the recorder did not catch up"
         time.sleep(1)
-    yield entries
-    recorder.stop()
+    return entries
 
 
 class TestAudit:

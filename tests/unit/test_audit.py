@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.audit import (
     CandidateMessage,
+    DecisionMessage,
     Finding,
     Head,
     Located,
@@ -211,3 +212,81 @@ class TestTampering:
     def test_a_log_read_from_the_middle_starts_where_it_starts(self):
         assert check(log()[3:], ids=("b", "c"), anchored=False).intact
         assert Finding.REMOVED in kinds(check(log()[3:], ids=("b", "c")))
+
+
+def decisions(entries: list[Located], t: float = T0, **forged: int) -> list[DecisionMessage]:
+    """What `decisions` holds: one message per chained record (at its source offset), plus
+    forged records nobody chained, at the offsets given."""
+    out = [
+        DecisionMessage(0, e.entry["source"]["offset"], e.entry["record"]["candidate_id"], t)
+        for e in entries
+    ]
+    return out + [DecisionMessage(0, offset, cid, t) for cid, offset in forged.items()]
+
+
+class TestUnrecorded:
+    """Issue 22: `audit verify` said intact (exit 0) with no recorder running — chains 0,
+    entries 0 — and a forged outcome appended to `decisions` went unnamed."""
+
+    def test_an_empty_audit_log_is_not_intact_while_candidates_exist(self):
+        report = verify([], candidates("a", "b"), None, grace=60.0)
+        assert not report.intact
+        (problem,) = report.problems
+        assert problem.kind == Finding.UNRECORDED and "audit record" in problem.detail
+
+    def test_an_empty_audit_log_is_not_intact_while_decisions_exist(self):
+        report = verify([], [], None, grace=60.0, decisions=decisions(log()))
+        assert [p.kind for p in report.problems] == [Finding.UNRECORDED]
+        assert "9 decision record(s)" in report.problems[0].detail
+        # Past the grace, the records nobody chained are named too.
+        report = verify([], [], None, grace=0.0, decisions=decisions(log()))
+        assert [p.what for p in report.problems] == ["the audit log", "decisions[0]@0..@8"]
+        assert "(a, b, c)" in report.problems[1].detail
+
+    def test_nothing_at_all_is_intact(self):
+        assert verify([], [], None, grace=60.0, decisions=[]).intact
+
+    def test_every_decision_chained_is_intact(self):
+        entries = log()
+        assert check(entries, decisions=decisions(entries)).intact
+
+    def test_a_forged_record_nobody_chained_is_named(self):
+        entries = log()
+        report = check(entries, decisions=decisions(entries, forged_b=9))
+        (problem,) = report.problems
+        assert problem.kind == Finding.UNRECORDED and problem.what == "decisions[0]@9"
+        assert "forged_b" in problem.detail
+
+    def test_a_recorder_within_the_grace_is_in_flight_beyond_it_a_problem(self):
+        entries = log()
+        late = [*decisions(entries), DecisionMessage(0, 9, "d", T0 + 30)]
+        report = verify(entries, candidates("a", "b", "c"), None, grace=60.0, decisions=late)
+        assert report.intact and [n.what for n in report.notes] == ["decisions[0]@9"]
+        # 61 s older than the newest decision: the recorder is behind by more than the bound.
+        stale = [*decisions(entries, t=T0 + 61), DecisionMessage(0, 9, "d", T0)]
+        report = verify(entries, candidates("a", "b", "c"), None, grace=60.0, decisions=stale)
+        assert [p.kind for p in report.problems] == [Finding.UNRECORDED]
+
+
+class TestWorkerAllRecords:
+    def test_worker_all_starts_the_audit_recorder_with_the_stages(self, monkeypatch, tmp_path):
+        from workers.runtime import runner
+        from workers.runtime.settings import Settings
+        from workers.stages.ladder import STAGE_NAMES
+
+        started: list[list[str]] = []
+
+        class Exited:  # a child that has already exited 0
+            def __init__(self, command: list[str]) -> None:
+                started.append(command)
+                self.pid, self.returncode = 0, 0
+
+            def poll(self) -> int:
+                return 0
+
+        monkeypatch.setattr(runner.subprocess, "Popen", Exited)
+        monkeypatch.setattr(runner.signal, "signal", lambda *a: None)
+        assert runner.run_all(Settings(data_dir=str(tmp_path)), "p.toml") == 0
+        tails = [c[c.index("workers.cli") + 3 :] for c in started]
+        assert ["audit", "record", "--policy", "p.toml"] in tails
+        assert [["worker", n, "--policy", "p.toml"] for n in STAGE_NAMES] == tails[:-1]

@@ -147,3 +147,19 @@ def test_one_encode_is_measured_per_candidate_as_the_stage_reads_it():
     measured = encode_ms(rows)
     assert set(measured) == {"lat-string", "lat-chunks"}
     assert all(ms > 0 for ms in measured.values())
+
+
+def test_the_audit_recorder_under_worker_all_is_named_in_the_memory_report():
+    import subprocess
+    import sys
+
+    from workers.bench.procs import label
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "audit", "record"]
+    )
+    try:
+        assert label(child.pid) == "recorder"
+    finally:
+        child.kill()
+        child.wait()

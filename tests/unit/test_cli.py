@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pipeline.records import make_record
 from topics.codec import dumps, loads
 from workers.cli import main
-from workers.runtime import kafka_tools
+from workers.runtime import kafka_tools, runner
 from workers.runtime.kafka_tools import UnknownTopic, check_candidates, numbered_lines
 from workers.runtime.outcomes import Trails
 from workers.runtime.ready import (
@@ -323,12 +323,18 @@ class TestReadiness:
         ]
         assert now[0] >= 3.0
 
-    def test_wait_ready_command_exits_1_naming_them(self, tmp_path: Path) -> None:
+    def test_wait_ready_command_exits_1_naming_them(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        asked: list[str] = []  # the broker check, faked here (tests/unit has no broker)
+        monkeypatch.setattr(runner, "require_topics", lambda s: asked.append(s.topic_prefix))
         env = {"GROUNDSTREAM_DATA_DIR": str(tmp_path), "GROUNDSTREAM_TOPIC_PREFIX": "t."}
         result = run("wait-ready", "--timeout", "0", "--stage", "rules", env=env)
         assert result.exit_code == 1 and "not ready after 0s: rules" in result.stderr
+        assert asked == []
         announce_ready(self.settings(tmp_path), "rules", "g", [0], err=io.StringIO())
         assert run("wait-ready", "--timeout", "0", "--stage", "rules", env=env).exit_code == 0
+        assert asked == ["t."]  # ready means the broker answered too
 
     def test_wait_ready_rejects_an_unknown_stage(self) -> None:
         result = CliRunner().invoke(main, ["wait-ready", "--stage", "nope"])
@@ -372,3 +378,26 @@ class TestCalibrateTask:
         )
         assert result.exit_code == 2
         assert "--max-accept-error-long applies to fits on DATA" in result.output
+
+
+class TestCheckInput:
+    """`groundstream check`'s input: options or one JSON line, never both; each missing
+    piece named in one line (the scoring itself is tests/integration/test_first_hour.py)."""
+
+    def test_options_and_a_json_line_read_the_same(self) -> None:
+        from workers.cli import _check_input
+
+        by_options = _check_input(None, "q?", ("c1", "c2"), "a.")
+        line = dumps({"question": "q?", "context": ["c1", "c2"], "response": "a."}).decode()
+        assert by_options == _check_input(line, None, (), None) == ("q?", ["c1", "c2"], "a.")
+        assert _check_input('{"question": "q?", "context": "c", "response": "a."}', None, (), None)[
+            1
+        ] == ["c"]
+        assert _check_input(None, "q?", (), "a.")[1] is None  # no context: DGI
+
+    def test_a_missing_piece_is_one_line(self) -> None:
+        result = run("check", '{"question": "q?"}')
+        assert result.exit_code == 1
+        assert result.stderr.strip() == "Error: response is missing or empty"
+        result = run("check", "-q", "q?", "-r", "a.", '{"question": "q?"}')
+        assert result.exit_code == 2 and "not both" in result.stderr

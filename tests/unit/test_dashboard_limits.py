@@ -91,3 +91,42 @@ async def test_a_second_verdict_is_a_conflict_naming_the_first():
         )
         assert response.status == 409
         assert "already decided by alice at 2023-11-14T22:13:20" in (await response.json())["error"]
+
+
+class TestIssue22Dashboard:
+    """What a newcomer saw in the browser (issue 22, item 6), on the server's side; the
+    page's side is tests/browser/test_dashboard_page.py."""
+
+    async def test_a_body_nested_too_deep_is_refused_as_that(self):
+        deep = "[" * 300 + "]" * 300
+        async with client(Settings(web_token="t")) as c:
+            response = await c.post(
+                "/api/kill-switch",
+                data=f'{{"on": true, "by": "ana", "x": {deep}}}',
+                headers={"Authorization": "Bearer t", "Content-Type": "application/json"},
+            )
+            assert response.status == 400
+            assert (await response.json())["error"] == "body refused: nesting deeper than 64 levels"
+
+    def test_recent_decisions_are_newest_first_by_decision_time(self):
+        state = DashboardState()
+        for cid, at in (("b", 2.0), ("a", 1.0), ("c", 3.0)):  # as partitions interleave
+            state.ingest(rec(cid, T0 + at))
+        assert [r["candidate_id"] for r in state.decisions(10)] == ["c", "b", "a"]
+
+    def test_a_dead_letter_is_not_a_route_and_mode_of_question_marks(self):
+        state = DashboardState()
+        state.ingest(rec("x", T0, stage="outcome", topic="deadletter"))
+        assert state.summary()["routes"] == {"dead-lettered": {"before routing": 1}}
+
+
+T0 = 1_764_676_800.0
+
+
+def rec(cid: str, at: float, **extra: Any) -> dict[str, Any]:
+    from pipeline.records import make_record
+
+    fields = {"session_id": "s", "turn": 0, "action": "scored", "write_to_state": False}
+    fields |= {"reason": "", "policy_version": "", "decided_at": at, "mode": "", "route": ""}
+    fields |= {"prev_hash": ""}
+    return make_record(candidate_id=cid, stage=extra.pop("stage", "geometry"), **fields, **extra)

@@ -224,6 +224,24 @@ class TestModesAndControls:
         assert result.outputs[Topic.STATE] == []
         assert_invariants(result, 4)
 
+    async def test_an_unknown_route_is_named_in_the_reason_and_the_record(self):
+        ctx, encoder = make_ctx({"routes": {"default": {}, "qa": {}}})
+        result = await run([{**STANDARD[0], "route": "qa-typo"}], ctx)
+        assert encoder.calls == []
+        geometry = record_of(result, STANDARD[0]["id"], "geometry")
+        assert geometry["route"] == "qa-typo" and geometry["gate"] == "unknown_route"
+        assert geometry["reason"] == (
+            "unknown route 'qa-typo' (the policy has default, qa): "
+            "mode off: no verification, nothing is auto-accepted"
+        )
+        assert result.outcomes()[STANDARD[0]["id"]]["topic"] == "escalations.fallback"
+
+    async def test_a_route_set_off_on_purpose_has_no_gate(self):
+        ctx, _ = make_ctx({"routes": {"default": {"mode": "off"}}})
+        result = await run(STANDARD[:1], ctx)
+        geometry = record_of(result, STANDARD[0]["id"], "geometry")
+        assert geometry["gate"] is None and geometry["reason"].startswith("mode off")
+
     async def test_shadow_mode_records_decided_and_served(self):
         ctx, _ = make_ctx({"routes": {"default": {"mode": "shadow"}}})
         result = await run(STANDARD, ctx)

@@ -40,6 +40,7 @@ def _populated() -> StageMetrics:
     m.observe_batch(3, 0.02)
     m.observe_record({"stage": "geometry", "action": "scored", "score": 1.2, "method": "sgi"})
     m.observe_record({"stage": "outcome", "action": "accept", "topic": "state"})
+    m.observe_record({"stage": "geometry", "action": "skip", "gate": "unknown_route"})
     m.count_emit("deadletter")
     m.set_lag({0: 4})
     return m
@@ -148,7 +149,11 @@ def _samples(m: StageMetrics, name: str) -> dict[tuple[str, ...], float]:
 
 def test_values_reach_the_exposition() -> None:
     m = _populated()
-    assert _samples(m, "groundstream_decisions_total") == {("scored", "geometry"): 1}
+    assert _samples(m, "groundstream_decisions_total") == {
+        ("scored", "geometry"): 1,
+        ("skip", "geometry"): 1,
+    }
+    assert _samples(m, "groundstream_gates_total") == {("unknown_route", "geometry"): 1}
     assert _samples(m, "groundstream_outcomes_total") == {("geometry", "state"): 1}
     assert _samples(m, "groundstream_deadletters_total") == {("geometry",): 1}
     assert _samples(m, "groundstream_consumer_lag") == {("0", "geometry", "candidates"): 4}

@@ -137,13 +137,27 @@ class TestSummarize:
     def test_aurocs_from_geometry_records(self) -> None:
         records, labels, lengths = build()
         m = summarize(records, labels, lengths, elapsed_seconds=1.0)
-        # SGI: grounded {1.5, 1.0, 0.8} vs ungrounded {1.3, 0.5}: 4 of 6 pairs.
-        assert m["auroc_sgi"] == pytest.approx(4 / 6)
+        # The core's SGI: grounded {1.5, 1.0, 0.8} vs ungrounded {1.3, 0.5}: 4 of 6 pairs.
+        assert m["auroc_core_sgi"] == pytest.approx(4 / 6)
         assert m["auroc_dgi"] == 1.0
-        assert (m["n_sgi"], m["n_dgi"]) == (5, 2)
+        assert (m["n_core_sgi"], m["n_dgi"]) == (5, 2)
+        assert (m["n_sgi"], m["auroc_sgi"]) == (0, None)  # no library SGI given
         # grounding probability: grounded {.9,.6,.3,.8} vs {.7,.1,.2}: 10 of 12 pairs.
         assert m["auroc_grounding_probability"] == pytest.approx(10 / 12)
         assert m["ece_grounding_probability"] is not None
+
+    def test_auroc_sgi_is_the_library_sgi_not_the_stage_core_sgi(self) -> None:
+        """Issue 22: eval's `auroc_sgi` (0.683) was the SGI of the answer's core the stage
+        records, not `pipeline.compute_sgi`'s (0.812 on the same records)."""
+        records, labels, lengths = build()
+        # The library's SGI ranks every grounded answer above every ungrounded one here,
+        # the core's does not: the two figures must not be confused.
+        sgi = {
+            cid: (2.0 if grounded else 0.5) + i / 100 for i, (cid, grounded, *_) in enumerate(CASES)
+        }
+        m = summarize(records, labels, lengths, elapsed_seconds=1.0, sgi=sgi)
+        assert (m["n_sgi"], m["auroc_sgi"]) == (7, 1.0)
+        assert m["auroc_core_sgi"] == pytest.approx(4 / 6)
 
     def test_length_matched_auroc_is_none_without_a_mixed_length_bin(self) -> None:
         records, labels, lengths = build()
@@ -157,9 +171,9 @@ class TestSummarize:
         records += run_records("c", method="sgi", score=0.4, switch="fallback", topic="deadletter")
         m = summarize(records, {"a": True, "b": True, "c": False}, {}, elapsed_seconds=1.0)
         assert m["auroc_dgi"] is None
-        assert m["auroc_sgi"] == 1.0
+        assert m["auroc_core_sgi"] == 1.0
         assert m["auroc_grounding_probability"] is None
-        assert m["length_matched_auroc_sgi"] is None  # no lengths given
+        assert m["length_matched_auroc_core_sgi"] is None  # no lengths given
 
     def test_no_state_gives_none_share(self) -> None:
         records = run_records("a", method="sgi", score=0.1, switch="fallback", topic="deadletter")
@@ -274,3 +288,25 @@ class TestWriteReport:
 def test_outcome_topics_cover_the_ladder() -> None:
     assert "state" in OUTCOME_TOPICS
     assert "deadletter" in OUTCOME_TOPICS
+
+
+def test_library_sgi_is_compute_sgi_of_the_whole_response() -> None:
+    from pipeline.claims import answer_core
+    from pipeline.scores import compute_sgi_batch
+    from tests.fixtures.fakes import HashEncoder
+    from workers.eval.evaluation import library_sgi
+
+    question = "What is the capital of Australia?"
+    context = ["Canberra is the capital city of Australia."]
+    answer = "The capital of Australia is Canberra."
+    candidates = [
+        {"id": "a", "question": question, "context": context, "response": answer},
+        {"id": "no-context", "question": question, "response": answer},
+        {"id": "blank", "question": question, "context": context, "response": " "},
+    ]
+    encoder = HashEncoder()
+    found = library_sgi(candidates, encoder)
+    (whole,) = compute_sgi_batch([(question, context, answer)], encoder)
+    (core,) = compute_sgi_batch([(question, context, answer_core(answer, question))], encoder)
+    assert found == {"a": whole.value}  # the unscorable are left out, not raised on
+    assert whole.value != core.value  # so the stage's score is a different figure

@@ -310,3 +310,35 @@ class TestAgreesWithCheck:
         rank = {SwitchAction.FALLBACK: 0, SwitchAction.ESCALATE: 1, SwitchAction.ACCEPT: 2}
         low, high = sorted((a, b))
         assert rank[action(sgi(low))] <= rank[action(sgi(high))]
+
+
+class TestPublicSwitchWithTheSeedCuts:
+    """Issue 22: `pipeline.GroundingSwitch()` defaults to the fitted policy; given the seed's
+    documented cuts (the README's worked example) it routes exactly as the seed says."""
+
+    def test_the_seed_zones_at_their_cuts(self):
+        import pipeline
+
+        switch = pipeline.GroundingSwitch(
+            accept_threshold_sgi=1.20, reject_threshold_sgi=0.95, accept_threshold_dgi=0.525
+        )
+        assert switch.decide(sgi(1.20)).action is SwitchAction.ACCEPT
+        assert switch.decide(sgi(below(1.20))).action is SwitchAction.ESCALATE
+        assert switch.decide(sgi(0.95)).action is SwitchAction.ESCALATE
+        assert switch.decide(sgi(below(0.95))).action is SwitchAction.FALLBACK
+        assert switch.decide(dgi(0.525)).action is SwitchAction.ACCEPT
+        assert switch.decide(dgi(below(0.525))).action is SwitchAction.FALLBACK
+        assert switch.decide(sgi(1.845)).write_to_state is True  # the worked example's
+
+    def test_the_default_is_the_fitted_policy_not_the_seed(self):
+        import pipeline
+
+        fitted = pipeline.GroundingSwitch().thresholds
+        assert fitted == pipeline.default_policy().thresholds
+        assert fitted.sgi_strong_pass > 1.845  # why the worked example escalates there
+        assert pipeline.GroundingSwitch().decide(sgi(1.845)).action is SwitchAction.ESCALATE
+
+    def test_fit_thresholds_is_importable_where_the_readme_says(self):
+        from pipeline.fit import fit_thresholds
+
+        assert callable(fit_thresholds)

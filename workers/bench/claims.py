@@ -1,6 +1,6 @@
 """`bench claims`: the geometry stage's scoring with claim support vs without, same answers.
 
-Claim support runs inside the geometry stage (README, "Calibration and measured quality"):
+Claim support runs inside the geometry stage (docs/quality.md, "Calibration and measured quality"):
 each answer's claims and the context's statements are encoded and every claim is scored
 against its candidate windows by the claim head, and read by the claim reader (ONNX) when
 the policy's model weighs it. This bench measures what that costs on

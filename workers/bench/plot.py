@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.errors import DataFileError
 from topics.codec import loads
 from workers.bench.procs import MIB
 from workers.bench.report import memory_goal
@@ -13,10 +14,15 @@ def latest(paths: list[Path]) -> dict[str, dict]:
     """The last result of each bench across the JSON-lines files."""
     out: dict[str, dict] = {}
     for path in paths:
-        for line in path.read_bytes().splitlines():
+        for n, line in enumerate(path.read_bytes().splitlines(), start=1):
             if line.strip():
-                record = loads(line)
-                out[record["bench"]] = record
+                try:
+                    record = loads(line)
+                    out[record["bench"]] = record
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise DataFileError(
+                        f"{path}:{n}: not a bench result ({type(exc).__name__}: {exc})"
+                    ) from None
     return out
 
 

@@ -102,6 +102,8 @@ def label(pid: int) -> str:
     if "worker" in argv:
         stage = argv[argv.index("worker") + 1 :]
         return stage[0] if stage else "worker"
+    if "audit" in argv and "record" in argv:  # `worker all` runs the audit recorder too
+        return "recorder"
     return Path(argv[0]).name if argv and argv[0] else str(pid)
 
 

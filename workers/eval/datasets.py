@@ -22,8 +22,9 @@ with ``label`` (``"right"`` / ``"hallucinated"``), ``dataset`` and ``group_id`` 
 that share a question or context share it). Ids are stable: they derive from the record's
 own id or its 0-based position in the file, so a rerun gives the same ids.
 
-Failure posture: an unknown format raises `ValueError` naming the keys found; a record
-with a missing field, an unknown label, or a duplicate candidate id raises `ValueError`
+Failure posture: an unknown format raises `DataFileError` (a `ValueError`) naming the keys
+found; a record that is not JSON or not text, with a missing field, an unknown label, or a
+duplicate candidate id raises `DataFileError`
 naming the record. Nothing is silently skipped. Empty texts are passed on as they are:
 the pipeline decides what to do with bad input.
 """
@@ -38,6 +39,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from pipeline.errors import DataFileError
 
 __all__ = [
     "DatasetFormat",
@@ -103,14 +106,14 @@ def detect_format(record: Mapping[str, Any]) -> DatasetFormat:
     """The format whose required keys the record has.
 
     Raises:
-        ValueError: no format matches; the message lists the keys found.
+        DataFileError: no format matches; the message lists the keys found.
     """
     keys = set(record)
     for fmt, required in _SIGNATURES:
         if required <= keys:
             return fmt
     known = "; ".join(f"{fmt.value}: {', '.join(sorted(req))}" for fmt, req in _SIGNATURES)
-    raise ValueError(
+    raise DataFileError(
         f"unknown labelled-data format: first record has keys {sorted(keys)}; known formats: "
         f"{known}"
     )
@@ -118,13 +121,22 @@ def detect_format(record: Mapping[str, Any]) -> DatasetFormat:
 
 def _read_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(0-based record index, record) from JSON lines, a JSON array or a CSV with header."""
+    try:
+        yield from _parse_records(path)
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except (json.JSONDecodeError, csv.Error) as exc:
+        raise DataFileError(f"{path}: invalid JSON or CSV: {exc}") from exc
+
+
+def _parse_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open("r", encoding="utf-8", newline="") as handle:
         head = handle.read(4096).lstrip()
         handle.seek(0)
         if head.startswith("["):
             data = json.load(handle)
             if not isinstance(data, list):
-                raise ValueError(f"{path}: expected a JSON array of records")
+                raise DataFileError(f"{path}: expected a JSON array of records")
             for i, record in enumerate(data):
                 yield i, _as_record(record, path, i)
         elif head.startswith("{"):
@@ -135,7 +147,7 @@ def _read_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{line_no}: invalid JSON: {exc}") from exc
+                    raise DataFileError(f"{path}:{line_no}: invalid JSON: {exc}") from exc
                 yield index, _as_record(record, path, index)
                 index += 1
         else:
@@ -145,13 +157,13 @@ def _read_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _as_record(record: object, path: Path, index: int) -> dict[str, Any]:
     if not isinstance(record, dict):
-        raise ValueError(f"{path}: record {index} is not a JSON object")
+        raise DataFileError(f"{path}: record {index} is not a JSON object")
     return record
 
 
 def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in record or record[key] is None:
-        raise ValueError(f"{where}: missing field {key!r}")
+        raise DataFileError(f"{where}: missing field {key!r}")
     return record[key]
 
 
@@ -203,7 +215,7 @@ def _halueval_qa(i: int, record: Mapping[str, Any], where: str) -> list[Labelled
 def _halueval_general(i: int, record: Mapping[str, Any], where: str) -> list[LabelledCandidate]:
     verdict = str(_field(record, "hallucination", where)).strip().lower()
     if verdict not in {"yes", "no"}:
-        raise ValueError(f"{where}: hallucination must be 'yes' or 'no', got {verdict!r}")
+        raise DataFileError(f"{where}: hallucination must be 'yes' or 'no', got {verdict!r}")
     source_id = str(_field(record, "ID", where))
     cid = f"halueval-general-{source_id}"
     return [
@@ -222,10 +234,10 @@ def _halueval_general(i: int, record: Mapping[str, Any], where: str) -> list[Lab
 def _candidates(i: int, record: Mapping[str, Any], where: str) -> list[LabelledCandidate]:
     metadata = _field(record, "metadata", where)
     if not isinstance(metadata, Mapping):
-        raise ValueError(f"{where}: metadata must be an object")
+        raise DataFileError(f"{where}: metadata must be an object")
     label = metadata.get("label")
     if label not in (LABEL_RIGHT, LABEL_HALLUCINATED):
-        raise ValueError(
+        raise DataFileError(
             f"{where}: metadata.label must be {LABEL_RIGHT!r} or {LABEL_HALLUCINATED!r}, "
             f"got {label!r}"
         )
@@ -292,8 +304,8 @@ def load_labelled(
         fmt: skip detection and read the file as this format.
 
     Raises:
-        ValueError: unknown format (keys named), a malformed record, a duplicate id, or a
-            negative ``limit``.
+        DataFileError: unknown format (keys named), a malformed record or a duplicate id.
+        ValueError: a negative ``limit`` or ``skip``.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None or >= 0, got {limit}")
@@ -312,7 +324,7 @@ def load_labelled(
             continue
         for item in converter(i, record, f"{path.name} record {i}"):
             if item.id in seen:
-                raise ValueError(f"{path.name} record {i}: duplicate candidate id {item.id!r}")
+                raise DataFileError(f"{path.name} record {i}: duplicate candidate id {item.id!r}")
             seen.add(item.id)
             out.append(item)
     return out

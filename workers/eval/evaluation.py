@@ -6,13 +6,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.chunks import context_chunks
 from pipeline.domain import task_of
 from pipeline.fit.claims_data import rephrase_as_assistant
 from pipeline.policy import Policy
+from pipeline.scores import Encoder, compute_sgi_batch
+from workers.clients.encoder import stage_encoder
 from workers.eval.datasets import load_labelled
 from workers.eval.report import summarize, write_report
 from workers.runtime.settings import Settings
-from workers.runtime.verify import run_lines, write_records
+from workers.runtime.verify import make_context, run_lines, write_records
+
+
+def library_sgi(candidates: list[dict[str, Any]], encoder: Encoder) -> dict[str, float]:
+    """SGI as `pipeline.compute_sgi` computes it — of the whole response against its
+    context — for each candidate with a question, a context and a response (by id).
+
+    The geometry stage records another score under method `sgi`: SGI of the answer's core
+    (`pipeline.claims.answer_core`), which the grounding model reads. The report names
+    that one `core_sgi`, so `auroc_sgi` is the library's SGI and nothing else."""
+    scorable = [
+        c
+        for c in candidates
+        if all(isinstance(c.get(k), str) and c[k].strip() for k in ("question", "response"))
+        and c.get("context")
+        and all(chunk.strip() for chunk in context_chunks(c["context"]))
+    ]
+    results = compute_sgi_batch(
+        [(c["question"], context_chunks(c["context"]), c["response"]) for c in scorable], encoder
+    )
+    return {str(c["id"]): r.value for c, r in zip(scorable, results, strict=True)}
 
 
 def evaluate(
@@ -35,18 +58,21 @@ def evaluate(
             item.candidate["response"] = rephrase_as_assistant(item.candidate["response"], item.id)
     labels = {i.id: i.grounded for i in items}
     lengths = {i.id: len(i.candidate["response"]) for i in items}
+    ctx = make_context(settings, policy)
     started = time.perf_counter()
     result = run_lines(
-        [i.candidate for i in items], settings, policy, progress, label=f"eval {data.name}"
+        [i.candidate for i in items], settings, policy, progress, f"eval {data.name}", ctx
     )
     elapsed = time.perf_counter() - started
     tasks = {i.id: task for i in items if (task := task_of(i.candidate.get("metadata")))}
-    metrics = summarize(result.records, labels, lengths, elapsed, tasks)
+    # After the clock: the library's SGI is a figure of the report, not of the ladder's run.
+    sgi = library_sgi([i.candidate for i in items], stage_encoder(ctx))
+    metrics = summarize(result.records, labels, lengths, elapsed, tasks, sgi=sgi)
     metrics["data"] = data.name
     metrics["policy_version"] = policy.version
     metrics["phrasing"] = phrasing
     if report_dir is not None:
-        write_report(metrics, result.records, labels, report_dir)
+        write_report(metrics, result.records, labels, report_dir, sgi)
         with (report_dir / "records.jsonl").open("wb") as out:
             write_records(result.records, out)
     return metrics

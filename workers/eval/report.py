@@ -8,10 +8,14 @@ What the figures mean (``grounded`` = the label says the answer is right):
 
 * ``outcomes`` / ``switch_actions``: per label, how many candidates ended on each outcome
   topic and got each switch action.
-* ``auroc_sgi`` / ``auroc_dgi`` / ``auroc_grounding_probability``: separation of the
-  geometry record's score (or its ``evidence.grounding_probability``); None when the
-  method saw fewer than two classes. ``length_matched_auroc_*``: the same compared only
-  within response-length bins (`pipeline.metrics.length_matched_auroc`).
+* ``auroc_sgi``: separation of the library's SGI (`pipeline.compute_sgi`: the whole
+  response against its context), given to `summarize` by the caller.
+  ``auroc_core_sgi``: of the SGI the geometry stage records, that of the answer's core
+  (`pipeline.claims.answer_core`: what the grounding model reads; a different score).
+  ``auroc_dgi`` / ``auroc_grounding_probability``: of the geometry record's DGI score (or
+  its ``evidence.grounding_probability``). Each is None when the score saw fewer than
+  two classes. ``length_matched_auroc_*``: the same compared only within response-length
+  bins (`pipeline.metrics.length_matched_auroc`).
 * ``grounded_to_state``: share of grounded answers whose outcome topic is ``state``;
   ``ungrounded_to_state``: the same for ungrounded answers; ``state_ungrounded_share``:
   share of the answers reaching state that are ungrounded (None when none did);
@@ -89,6 +93,9 @@ class _Candidate:
     switch_action: str | None = None
     method: str | None = None
     score: float | None = None
+    """The geometry record's score: DGI, or SGI of the answer's core (method `sgi`)."""
+    sgi: float | None = None
+    """The library's SGI of the whole response (`pipeline.compute_sgi`), when given."""
     grounding_probability: float | None = None
     claim_support: float | None = None
     """The claim head's score of the weakest claim (`evidence.weakest_claim.score`)."""
@@ -111,7 +118,9 @@ def _length(value: object) -> float:
 
 
 def _collect(
-    records: Iterable[Mapping[str, Any]], labels: Mapping[str, bool]
+    records: Iterable[Mapping[str, Any]],
+    labels: Mapping[str, bool],
+    sgi: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, _Candidate], set[str]]:
     """Per labelled candidate id, its outcome, switch action and geometry readings."""
     found: dict[str, _Candidate] = {}
@@ -142,6 +151,9 @@ def _collect(
                 weakest = evidence.get("weakest_claim")
                 if isinstance(weakest, Mapping):
                     cand.claim_support = _finite(weakest.get("score"))
+    for cid, value in (sgi or {}).items():
+        if cid in found:
+            found[cid].sgi = _finite(value)
     return found, unlabelled
 
 
@@ -219,6 +231,7 @@ def summarize(
     lengths: Mapping[str, int],
     elapsed_seconds: float,
     tasks: Mapping[str, str] | None = None,
+    sgi: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Evaluation figures of one run; see the module docstring for each key.
 
@@ -230,8 +243,9 @@ def summarize(
         elapsed_seconds: wall time of the run, for throughput.
         tasks: candidate id → task kind (`metadata.task`: QA, Summary, Data2txt), when the
             data names one; the state figures are then also given per kind (`by_task`).
+        sgi: candidate id → the library's SGI (`workers.eval.evaluation.library_sgi`).
     """
-    found, unlabelled = _collect(records, labels)
+    found, unlabelled = _collect(records, labels, sgi)
     done = {cid: c for cid, c in found.items() if c.outcome is not None}
     n = len(done)
 
@@ -260,13 +274,15 @@ def summarize(
         "switch_actions": {k: dict(sorted(v.items())) for k, v in actions.items()},
     }
     length_of = dict(zip(ids, lens, strict=True))
-    for method in ("sgi", "dgi"):
+    library = [(c.sgi, c.grounded, length_of[cid]) for cid, c in done.items() if c.sgi is not None]
+    metrics.update(_score_metrics("sgi", library))
+    for method, name in (("sgi", "core_sgi"), ("dgi", "dgi")):
         values = [
             (c.score, c.grounded, length_of[cid])
             for cid, c in done.items()
             if c.method == method and c.score is not None
         ]
-        metrics.update(_score_metrics(method, values))
+        metrics.update(_score_metrics(name, values))
     probs = [
         (c.grounding_probability, c.grounded, length_of[cid])
         for cid, c in done.items()
@@ -334,7 +350,8 @@ def _series(found: Mapping[str, _Candidate]) -> list[tuple[str, np.ndarray, np.n
     claim's support, where present."""
     out = []
     for name, attr, method in (
-        ("SGI", "score", "sgi"),
+        ("SGI", "sgi", None),
+        ("SGI of the answer's core", "score", "sgi"),
         ("DGI", "score", "dgi"),
         ("grounding probability", "grounding_probability", None),
         ("weakest claim support", "claim_support", None),
@@ -382,7 +399,7 @@ def _plot_hist(found: Mapping[str, _Candidate], path: Path) -> None:
         _no_data(fig.add_subplot(), "no geometry scores")
     for k, (name, values, flags) in enumerate(series):
         ax = fig.add_subplot(1, len(series), k + 1)
-        clipped = name == "SGI" and bool((values > SGI_DISPLAY_MAX).any())
+        clipped = name.startswith("SGI") and bool((values > SGI_DISPLAY_MAX).any())
         shown = np.minimum(values, SGI_DISPLAY_MAX) if clipped else values
         edges = np.histogram_bin_edges(shown, bins=30)
         for flag, colour in ((True, "tab:green"), (False, "tab:red")):
@@ -484,10 +501,12 @@ def write_report(
     records: list[dict[str, Any]],
     labels: Mapping[str, bool],
     out_dir: Path,
+    sgi: Mapping[str, float] | None = None,
 ) -> list[Path]:
     """Write ``metrics.json`` and the plots into ``out_dir`` (created if missing).
 
-    Plots: ``roc.png`` (ROC of SGI, DGI and the grounding probability where present),
+    Plots: ``roc.png`` (ROC of SGI (the library's, given as `sgi`), the core's SGI, DGI
+    and the grounding probability where present),
     ``score_hist.png`` (score histograms by label), ``reliability.png`` (reliability of
     the grounding probability, or of min-max-scaled scores when there is none; the title
     says which), ``actions.png`` (outcome-topic mix per label). Returns the paths written.
@@ -498,7 +517,7 @@ def write_report(
     require_matplotlib()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    found, _ = _collect(records, labels)
+    found, _ = _collect(records, labels, sgi)
     metrics_path = out_dir / "metrics.json"
     metrics_path.write_bytes(
         orjson.dumps(

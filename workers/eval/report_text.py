@@ -15,6 +15,7 @@ def _num(value: float | None) -> str:
 
 _SCORES = (
     ("sgi", "SGI"),
+    ("core_sgi", "core SGI"),
     ("dgi", "DGI"),
     ("grounding_probability", "P(grounded)"),
     ("claim_support", "weakest claim"),

@@ -1,10 +1,12 @@
-"""`groundstream audit verify`: read `audit`, `candidates` and the recorder's chain heads,
-and let `pipeline.audit.verify` judge them.
+"""`groundstream audit verify`: read `audit`, `candidates`, `decisions` and the recorder's
+chain heads, and let `pipeline.audit.verify` judge them.
 
 Everything is read without a consumer group at read_committed (`ranges.read_range`), so
 an aborted recorder transaction is never mistaken for a chain. `--session` narrows the
-check to one chain and that session's candidates; `--from` starts both reads at an offset
-or a time, and the chains are then checked from wherever they start in that range.
+check to one chain and that session's candidates and decisions; `--from` starts the reads
+at an offset or a time, and the chains are then checked from wherever they start in that
+range. An offset means a different message on each topic, so with one `decisions` is
+checked from the first record the audit range chains, per partition.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import IO, Any
 
 from aiokafka import ConsumerRecord
 
-from pipeline.audit import AuditReport, CandidateMessage, Head, Located, verify
+from pipeline.audit import (
+    AuditReport,
+    CandidateMessage,
+    DecisionMessage,
+    Head,
+    Located,
+    verify,
+)
 from pipeline.replay import Position, message_ids
 from topics.codec import loads
 from topics.names import Topic
@@ -75,6 +84,31 @@ def candidate_messages(
     return out
 
 
+def decision_messages(messages: list[ConsumerRecord], session: str | None) -> list[DecisionMessage]:
+    out = []
+    for m in messages:
+        if session is not None and chain_name(m.key) != session:
+            continue
+        cid = _object(m.value).get("candidate_id")
+        name = cid if isinstance(cid, str) else f"(unreadable at {_where(m)})"
+        out.append(DecisionMessage(m.partition, m.offset, name, (m.timestamp or 0) / 1000.0))
+    return out
+
+
+def from_first_chained(
+    decisions: list[DecisionMessage], entries: list[Located]
+) -> list[DecisionMessage]:
+    """With an offset start: the decisions from the first one the audit range chains, per
+    partition (a partition the range does not reach is checked whole)."""
+    first: dict[int, int] = {}
+    for e in entries:
+        source = e.entry.get("source")
+        if isinstance(source, Mapping) and isinstance(source.get("offset"), int):
+            partition = source.get("partition")
+            first[partition] = min(first.get(partition, source["offset"]), source["offset"])
+    return [d for d in decisions if d.offset >= first.get(d.partition, 0)]
+
+
 def read_heads(messages: list[ConsumerRecord]) -> dict[str, Head]:
     """The compacted head table as of its end: the last value per key wins."""
     heads: dict[str, Head] = {}
@@ -90,24 +124,31 @@ def read_heads(messages: list[ConsumerRecord]) -> dict[str, Head]:
 async def _read(settings: Settings, scope: AuditScope) -> tuple[Any, ...]:
     audit = await read_range(settings, settings.topic(Topic.AUDIT), scope.start)
     candidates = await read_range(settings, settings.topic(Topic.CANDIDATES), scope.start)
+    by_time = scope.start if scope.start is not None and scope.start.offset is None else None
+    decisions = await read_range(settings, settings.topic(Topic.DECISIONS), by_time)
     try:
         heads = read_heads(await read_range(settings, settings.topic(Topic.AUDIT_HEADS)))
     except LookupError:
         heads = None  # no recorder has run: nothing to compare the tails with
-    return audit, candidates, heads
+    return audit, candidates, decisions, heads
 
 
 def audit_verify(settings: Settings, scope: AuditScope, key: bytes | None) -> AuditReport:
-    audit, candidates, heads = asyncio.run(_read(settings, scope))
+    audit, candidates, decisions, heads = asyncio.run(_read(settings, scope))
     if heads is not None and scope.session is not None:
         heads = {k: v for k, v in heads.items() if k == scope.session}
+    entries = located(audit, scope.session)
+    recorded = decision_messages(decisions, scope.session)
+    if scope.start is not None and scope.start.offset is not None:
+        recorded = from_first_chained(recorded, entries)
     return verify(
-        located(audit, scope.session),
+        entries,
         candidate_messages(candidates, scope.session),
         key,
         anchored=scope.start is None,
         heads=heads if scope.start is None else None,
         grace=scope.grace,
+        decisions=recorded,
     )
 
 

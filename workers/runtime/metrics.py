@@ -68,6 +68,13 @@ class StageMetrics:
         self.emits = Counter(
             "groundstream_emits", "Messages sent, by topic", ["stage", "topic"], registry=r
         )
+        self.gates = Counter(
+            "groundstream_gates",
+            "Candidates a gate held or diverted (no_evidence, deadline, kill_switch,"
+            " unknown_route, …), by stage and gate",
+            ["stage", "gate"],
+            registry=r,
+        )
         self.deadletters = Counter(
             "groundstream_deadletters",
             "Messages parked on the dead-letter topic",
@@ -121,6 +128,8 @@ class StageMetrics:
             self.outcomes.labels(self.stage, str(record.get("topic"))).inc()
             return
         self.decisions.labels(self.stage, str(record.get("action"))).inc()
+        if record.get("gate"):
+            self.gates.labels(self.stage, str(record["gate"])).inc()
         score = record.get("score")
         if isinstance(score, int | float):
             self.scores.labels(self.stage, str(record.get("method") or "none")).observe(score)

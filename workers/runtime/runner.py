@@ -115,14 +115,22 @@ async def _until_signalled(work: Coroutine[Any, Any, None]) -> None:
         await task
 
 
+RECORDER = "recorder"
+"""The audit recorder's name among `worker all`'s children (its ready file says so too)."""
+
+
 def run_all(settings: Settings, policy: str | None) -> int:
-    """Start every stage as its own process; stop all when one exits or on a signal.
-    Once every child has said it is ready, say so once: "all stages ready"."""
-    cmd = [sys.executable, "-m", "workers.cli", "--log-level", settings.log_level, "worker"]
+    """Start every stage, and the audit recorder, as its own process; stop all when one
+    exits or on a signal. Once every child has said it is ready, say so once: "all 6
+    stages and the audit recorder ready". The recorder runs here because a stack without
+    it leaves `decisions` unchained, and `audit verify` then cannot call anything intact."""
+    base = [sys.executable, "-m", "workers.cli", "--log-level", settings.log_level]
     extra = ["--policy", policy] if policy else []
-    for name in STAGE_NAMES:
+    commands = {name: [*base, "worker", name, *extra] for name in STAGE_NAMES}
+    commands[RECORDER] = [*base, "audit", "record", *extra]
+    for name in commands:
         clear_ready(settings, name)
-    children = {name: subprocess.Popen([*cmd, name, *extra]) for name in STAGE_NAMES}
+    children = {name: subprocess.Popen(command) for name, command in commands.items()}
     pids = {name: child.pid for name, child in children.items()}
     all_ready = False
     stopping = False
@@ -143,8 +151,12 @@ def run_all(settings: Settings, policy: str | None) -> int:
                 log.error("stage %s exited with %s; stopping the others", name, child.returncode)
                 code = child.returncode or 1
                 stop(signal.SIGTERM, None)
-        if not all_ready and not stopping and not not_ready(settings, STAGE_NAMES, pids):
+        if not all_ready and not stopping and not not_ready(settings, list(pids), pids):
             all_ready = True
-            print(f"groundstream: all {len(pids)} stages ready", file=sys.stderr, flush=True)
+            print(
+                f"groundstream: all {len(STAGE_NAMES)} stages and the audit recorder ready",
+                file=sys.stderr,
+                flush=True,
+            )
         time.sleep(0.2)
     return code

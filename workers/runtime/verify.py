@@ -37,10 +37,12 @@ def run_lines(
     policy: Policy,
     progress: bool,
     label: str = "geometry",
+    ctx: StageContext | None = None,
 ) -> EmbeddedResult:
-    """The embedded ladder over raw candidate lines (or dicts), with a progress bar if asked."""
+    """The embedded ladder over raw candidate lines (or dicts), with a progress bar if asked.
+    `ctx` (default: a new one) lets the caller reuse what the run loaded, e.g. its encoder."""
     stages = build_ladder(settings)
-    ctx = make_context(settings, policy)
+    ctx = ctx or make_context(settings, policy)
 
     async def run(on_batch: Callable[[str, int], None] | None = None) -> EmbeddedResult:
         try:

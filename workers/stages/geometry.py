@@ -16,7 +16,7 @@ from pipeline.check import check
 from pipeline.claims import ClaimSupport
 from pipeline.defaults import default_claim_reader
 from pipeline.domain import task_of
-from pipeline.policy import Policy
+from pipeline.policy import UNKNOWN_ROUTE, Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scoring import score_batch
@@ -66,14 +66,17 @@ class GeometryStage:
                 policy_version=ctx.policy.version,
             )
             if route.mode is Mode.OFF:
+                unknown = ctx.policy.unknown_route(route.name)
+                off = "mode off: no verification, nothing is auto-accepted"
                 emits += conclude(
                     ctx,
                     env,
                     stage=self.name,
                     action=SKIP,
                     started=started,
-                    reason="mode off: no verification, nothing is auto-accepted",
+                    reason=off if unknown is None else f"{unknown}: {off}",
                     verdict=SKIP,
+                    gate=None if unknown is None else UNKNOWN_ROUTE,
                 )
             elif expired(env.deadline, now):
                 emits += expire(self.name, env, ctx)

@@ -32,7 +32,7 @@ from yarl import URL
 from pipeline.policy import Policy
 from pipeline.records import sanitize
 from pipeline.review import HumanVerdict
-from topics.codec import dumps, loads
+from topics.codec import DecodeLimitError, dumps, loads
 from workers.runtime.settings import Settings
 from workers.stages.review import AlreadyDecided
 from workers.web.feed import (
@@ -152,6 +152,8 @@ async def _body(request: web.Request) -> dict[str, Any] | web.Response:
         return _error(413, f"body over {MAX_BODY} bytes")
     try:
         body = loads(raw)
+    except DecodeLimitError as exc:
+        return _error(400, f"body refused: {exc.reason}")
     except ValueError:
         return _error(400, "body must be a JSON object")
     if not isinstance(body, dict):

@@ -21,7 +21,7 @@ from typing import Any
 from pipeline.grounding import LONG_FORM
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
-from topics.names import TERMINAL
+from topics.names import TERMINAL, Topic
 from workers.runtime.control import apply_control
 from workers.stages.kit import ControlState
 
@@ -214,8 +214,11 @@ class DashboardState:
         if "topic" in record:
             self.outcomes.add(_name(record.get("topic"), "?"))
         if is_outcome:
-            route = self.routes.setdefault(_name(record.get("route"), "?"), BoundedCounter(20))
-            route.add(_name(record.get("mode"), "?"))
+            route_name, mode = _name(record.get("route"), "?"), _name(record.get("mode"), "?")
+            if not record.get("route") and record.get("topic") == Topic.DEADLETTER.value:
+                # Dead-lettered before a route was read: no route or mode to show.
+                route_name, mode = "dead-lettered", "before routing"
+            self.routes.setdefault(route_name, BoundedCounter(20)).add(mode)
         else:
             self.stage_actions.setdefault(stage, BoundedCounter(50)).add(action)
             if record.get("gate"):
@@ -371,12 +374,15 @@ class DashboardState:
     # -- reading ------------------------------------------------------------------
 
     def decisions(self, limit: int, candidate_id: str | None = None) -> list[dict[str, Any]]:
-        """Newest first."""
+        """Newest first by decision time (records of several partitions arrive
+        interleaved; arrival order breaks ties, and a record without a time goes last)."""
         if candidate_id is not None:
             source: Any = self.trails.get(candidate_id, ())
         else:
             source = self.recent
-        return list(reversed(source))[:limit]
+        newest = list(reversed(source))
+        newest.sort(key=lambda r: _epoch(r.get("decided_at")) or 0.0, reverse=True)
+        return newest[:limit]
 
     def summary(self) -> dict[str, Any]:
         now = self.clock()

@@ -83,6 +83,8 @@ function fmtAgo(epochSeconds) {
 
 const fmtScore = (x) => (typeof x === "number" ? x.toFixed(3) : "");
 const fmtCut = (x) => (typeof x === "number" ? x.toFixed(4) : String(x));
+// Date and time, 24-hour like every other time on the page.
+const fmtDateTime = (ms) => new Date(ms).toLocaleString([], { hour12: false });
 const fmtMs = (x) => (typeof x !== "number" ? "–" : x < 10 ? x.toFixed(1) : Math.round(x).toLocaleString());
 const actionClass = (a) => ACTION_CLASS[a] || "muted";
 const outcomeClass = (topic) => (OUTCOMES.find(([t]) => t === topic) || [0, 0, "muted"])[2];
@@ -136,6 +138,9 @@ function closeLogin(ok) {
   }
   const resolve = state.pendingLogin;
   state.pendingLogin = null;
+  // A refusal that asked to sign in is answered now: do not leave it up, red, till the
+  // next refresh.
+  if (ok && $("review-msg").textContent.includes("Sign in")) reviewMsg("");
   $("login").close();
   if (resolve) resolve(ok);
   if (ok) refreshReview();
@@ -411,7 +416,7 @@ function renderKill(k) {
   state.killSwitch = k.on;
   $("banner").hidden = !k.on;
   $("banner-detail").textContent = k.on
-    ? `Turned on${k.by ? ` by ${k.by}` : ""}${k.at ? ` at ${new Date(k.at * 1000).toLocaleString()}` : ""}.`
+    ? `Turned on${k.by ? ` by ${k.by}` : ""}${k.at ? ` at ${fmtDateTime(k.at * 1000)}` : ""}.`
     : "";
   const btn = $("kill");
   btn.textContent = k.on ? "Kill switch: ON" : "Kill switch: off";
@@ -536,13 +541,18 @@ function stageLabel(d) {
   return d.stage === "outcome" ? `→ ${d.topic || "?"}` : d.stage;
 }
 
+function decidedAt(d) {
+  const ms = Date.parse(d.decided_at);
+  return isNaN(ms) ? 0 : ms;
+}
+
 function decisionRow(d) {
   const score = routedScore(d);
   const scoreCell = score
     ? el("td", { class: "num score", title: score.also ? `${score.label}; ${score.also}` : score.label },
       el("span", { class: "score-label", text: score.label }), ` ${fmtScore(score.value)}`)
     : el("td", {});
-  return el("tr", { "data-candidate": d.candidate_id },
+  return el("tr", { "data-candidate": d.candidate_id, "data-at": String(decidedAt(d)) },
     el("td", { class: "small", text: fmtTime(d.decided_at), title: d.decided_at || "" }),
     el("td", { class: "mono", text: d.candidate_id }),
     el("td", { class: "mono", text: d.session_id }),
@@ -565,7 +575,8 @@ function renderTrail(records) {
   }
   const steps = [...records].reverse().flatMap((d, i) => [
     ...(i ? [el("span", { class: "arrow", text: "→" })] : []),
-    el("span", { class: "step" }, el("strong", { text: stageLabel(d) }), " ",
+    // The arrows between steps are the trail's; the outcome step is its topic alone.
+    el("span", { class: "step" }, el("strong", { text: d.stage === "outcome" ? (d.topic || "?") : d.stage }), " ",
       el("span", { class: `chip ${d.stage === "outcome" ? outcomeClass(d.topic) : actionClass(d.action)}`, text: d.action })),
   ]);
   box.replaceChildren(el("span", { class: "muted", text: "trail " }),
@@ -581,7 +592,11 @@ function addDecision(d) {
   if (body.firstElementChild && body.firstElementChild.classList.contains("empty")) {
     body.replaceChildren();
   }
-  body.prepend(decisionRow(d));
+  // Newest first by decision time (records of several partitions arrive interleaved);
+  // among equal times the latest to arrive goes first, as the server orders them.
+  const at = decidedAt(d);
+  const next = [...body.children].find((row) => Number(row.dataset.at) <= at);
+  body.insertBefore(decisionRow(d), next || null);
   while (body.childElementCount > MAX_ROWS) body.lastElementChild.remove();
 }
 

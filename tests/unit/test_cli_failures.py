@@ -1,0 +1,143 @@
+"""Every command of the CLI, against an unreachable broker and against a malformed file,
+fails with one line on stderr and a non-zero exit: never a traceback (issue 22, item 2).
+
+Each command runs as a subprocess, as a user would run it; the broker is a closed port
+(127.0.0.1:1), so no Kafka is needed. A command added to the CLI without a row here fails
+`test_every_command_is_tried`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from pipeline.policy import DEFAULT_POLICY_PATH
+from workers.cli import main
+from workers.runtime.ready import announce_ready
+from workers.runtime.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+NOWHERE = "127.0.0.1:1"
+
+# Commands that reach the broker, with the arguments that get them there.
+BROKER: dict[str, list[str]] = {
+    "produce": ["produce", "{good}"],
+    "consume": ["consume", "candidates", "--timeout", "1"],
+    "outcomes": ["outcomes", "--timeout", "1"],
+    "topics create": ["topics", "create"],
+    "worker": ["worker", "switch"],
+    "wait-ready": ["wait-ready", "--timeout", "0", "--stage", "rules"],
+    "calibrate": ["calibrate", "--from-decisions", "--out", "{policy}"],
+    "review list": ["review", "list"],
+    "review export": ["review", "export", "--out", "{tmp}/reviewed.jsonl"],
+    "review show": ["review", "show", "c-1"],
+    "review decide": ["review", "decide", "c-1", "accept", "--by", "ana"],
+    "dashboard": ["dashboard"],
+    "control kill-switch": ["control", "kill-switch", "on", "--by", "ana"],
+    "replay": ["replay", "--from", "0"],
+    "attach": ["attach", "--source", "answers", "--preset", "openai-chat"],
+    "audit record": ["audit", "record"],
+    "audit verify": ["audit", "verify"],
+}
+
+# Commands that read a file, each given a malformed one.
+MALFORMED: dict[str, list[str]] = {
+    "eval": ["eval", "{bad}"],
+    "calibrate": ["calibrate", "{bad}", "--out", "{tmp}/fitted.toml"],
+    "train": ["train", "--ragtruth", "{bad}", "--begin", "{bad}", "--out", "{tmp}/head"],
+    "train claims": [
+        *("train", "claims", "--pretrain-share", "0"),
+        *("--ragtruth", "{bad}", "--begin", "{bad}", "--out", "{tmp}/reader"),
+    ],
+    "bench plot": ["bench", "plot", "{bad}", "--out", "{tmp}/plot"],
+    "encoder export": ["encoder", "export", "--model", "{tmp}"],
+    "verify": ["verify", "{good}", "--policy", "{bad}"],
+    "check": ["check", "[not json"],  # a malformed line rather than a file
+}
+
+# Commands neither table can reach, and why.
+NEITHER = {
+    f"bench {name}": "starts its own broker with deploy/kafka/local.sh when none answers"
+    for name in ("geometry", "cache", "claims", "switch", "latency", "scale", "ladder")
+}
+
+
+def leaves(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[str]:
+    if isinstance(command, click.Group):
+        if command.invoke_without_command and path:
+            yield " ".join(path)
+        for name, sub in command.commands.items():
+            yield from leaves(sub, (*path, name))
+    else:
+        yield " ".join(path)
+
+
+def test_every_command_is_tried() -> None:
+    untried = set(leaves(main)) - set(BROKER) - set(MALFORMED) - set(NEITHER)
+    assert not untried, f"add these commands to a table here: {sorted(untried)}"
+
+
+@pytest.fixture(scope="module")
+def runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[tuple[str, str], subprocess.CompletedProcess]:
+    """Every row of both tables, run at once (each is a fresh interpreter)."""
+    tmp = tmp_path_factory.mktemp("cli")
+    good, bad = tmp / "good.jsonl", tmp / "bad.jsonl"
+    good.write_text('{"id": "c-1", "session_id": "s", "question": "q?", "response": "a."}\n')
+    bad.write_bytes(b"{not json\n\xff\xfe\n")
+    policy = tmp / "policy.toml"  # calibrate --from-decisions updates an existing policy
+    policy.write_bytes(DEFAULT_POLICY_PATH.read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+    env |= {
+        "GROUNDSTREAM_BOOTSTRAP_SERVERS": NOWHERE,
+        "GROUNDSTREAM_DATA_DIR": str(tmp / "data"),
+        "PYTHONPATH": str(ROOT),
+    }
+    # wait-ready's stage is up (this process announces it): only the broker is missing.
+    announce_ready(Settings(data_dir=str(tmp / "data")), "rules", "g", [0], err=io.StringIO())
+    started = {}
+    for table, rows in (("broker", BROKER), ("malformed", MALFORMED)):
+        for name, argv in rows.items():
+            args = [a.format(tmp=tmp, good=good, bad=bad, policy=policy) for a in argv]
+            started[table, name] = subprocess.Popen(
+                [sys.executable, "-m", "workers.cli", *args],
+                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+    done = {}
+    for key, proc in started.items():
+        out, err = proc.communicate(timeout=180)
+        done[key] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode != 0, f"exit 0: {done.stdout}{done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(BROKER))
+def test_an_unreachable_broker_is_one_line_naming_the_setting(runs, name: str) -> None:
+    line = one_line(runs["broker", name])
+    assert line == (
+        f"groundstream: cannot reach Kafka at {NOWHERE} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
+        "KafkaConnectionError"
+    )
+    assert runs["broker", name].returncode == 2
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_file_is_one_line_naming_it(runs, name: str) -> None:
+    line = one_line(runs["malformed", name])
+    assert "bad.jsonl" in line or "model.safetensors" in line or "not a JSON line" in line, line
