@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 from pipeline.chunks import context_chunks
 from topics.codec import dumps
@@ -159,6 +161,11 @@ def test_the_audit_recorder_under_worker_all_is_named_in_the_memory_report():
         [sys.executable, "-c", "import time; time.sleep(30)", "audit", "record"]
     )
     try:
+        # Popen returns at fork: wait (bounded) until the child has exec'd its command line.
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"record" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert label(child.pid) == "recorder"
     finally:
         child.kill()
