@@ -121,3 +121,22 @@ def test_the_claim_reader_as_nli_reads_hypothesis_as_claim_and_premise_as_eviden
     assert m[0, 2] == 0.0 and np.allclose(np.diag(m), 1.0)
     assert ("closes at six", "the shop closes at six") in sim.reader.pairs  # (claim, evidence)
     assert len(sim.reader.pairs) == 6  # every ordered pair, in one call
+
+
+def test_a_trained_reader_directory_is_the_nli_model_and_reader_without_one_says_how(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import pipeline.claim_reader
+    from workers.clients.nli import ReaderSimilarity, load_nli
+
+    monkeypatch.setattr(pipeline.claim_reader, "ClaimReader", _Reader)
+    monkeypatch.setattr(pipeline.claim_reader, "bundled_reader_dir", lambda: tmp_path / "none")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / pipeline.claim_reader.MODEL_FILE).write_bytes(b"onnx")
+    load_nli.cache_clear()
+    try:
+        assert isinstance(load_nli(str(tmp_path / "mine")), ReaderSimilarity)
+        with pytest.raises(FileNotFoundError, match="train claims --out DIR"):
+            load_nli("reader")
+    finally:
+        load_nli.cache_clear()

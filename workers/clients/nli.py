@@ -3,9 +3,10 @@
 Two texts mean the same when each entails the other: the similarity of a pair is the
 smaller of the two entailment probabilities, so `consistency.same_meaning` reads as "both
 directions entailed with at least this probability". GROUNDSTREAM_NLI_MODEL names the
-model, loaded once per process: ``reader``, the claim reader trained here
-(`pipeline.claim_reader`, ONNX Runtime, no torch), or a local sentence-transformers
-CrossEncoder directory (needs torch).
+model, loaded once per process: a claim reader trained here (`groundstream train claims`'s
+output directory, or ``reader`` for one shipped in the package; `pipeline.claim_reader`,
+ONNX Runtime, no torch), or a local sentence-transformers CrossEncoder directory (needs
+torch).
 """
 
 from __future__ import annotations
@@ -77,8 +78,17 @@ class ReaderSimilarity:
 
 @lru_cache(maxsize=2)
 def load_nli(model_path: str) -> NliSimilarity | ReaderSimilarity:
-    if model_path == READER:
-        from pipeline.claim_reader import bundled_reader_dir
+    """`reader` (the claim reader shipped in the package), a directory `groundstream train
+    claims` wrote (it holds ``reader.onnx``), or a sentence-transformers CrossEncoder
+    directory."""
+    from pipeline.claim_reader import MODEL_FILE, bundled_reader_dir
 
-        return ReaderSimilarity(bundled_reader_dir())
+    directory = bundled_reader_dir() if model_path == READER else Path(model_path)
+    if (directory / MODEL_FILE).is_file():
+        return ReaderSimilarity(directory)
+    if model_path == READER:
+        raise FileNotFoundError(
+            "no claim reader ships with this build (GROUNDSTREAM_NLI_MODEL=reader): set it to "
+            "the directory `groundstream train claims --out DIR` wrote"
+        )
     return NliSimilarity(model_path)
