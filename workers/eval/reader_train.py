@@ -335,7 +335,7 @@ class _Trainer:
                 done = self.state["elapsed"][phase] / 60
                 self.echo(
                     f"  phase {phase + 1}: {self.state['steps'][phase]} steps, "
-                    f"{done:.1f} of {budget_s / 60:.1f} min, loss {float(loss):.3f}"
+                    f"{done:.1f} of {budget_s / 60:.1f} min, loss {loss.item():.3f}"
                 )
             if time.monotonic() - last_save >= self.config.checkpoint_minutes * 60:
                 self.save()
