@@ -15,6 +15,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pipeline.admission import WorkCaps
 from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, content_hash, make_record
 from pipeline.routing import Mode, RouteConfig
@@ -82,6 +83,8 @@ class StageContext:
     sessions: MutableMapping[str, Any] = field(default_factory=dict)
     services: dict[str, Any] = field(default_factory=dict)
     max_candidate_bytes: int = 1024 * 1024
+    caps: WorkCaps = field(default_factory=WorkCaps)
+    """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.admission`)."""
     stage_key: bytes | None = None
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
     encoder_backend: str = "torch"
