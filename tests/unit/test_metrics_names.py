@@ -41,6 +41,8 @@ def _populated() -> StageMetrics:
     m.observe_record({"stage": "geometry", "action": "scored", "score": 1.2, "method": "sgi"})
     m.observe_record({"stage": "outcome", "action": "accept", "topic": "state"})
     m.count_emit("deadletter")
+    m.control_holds.labels("geometry").inc()
+    m.control_held.labels("geometry").inc(1.5)
     m.set_lag({0: 4})
     return m
 

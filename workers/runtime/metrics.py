@@ -107,6 +107,24 @@ class StageMetrics:
             ["stage"],
             registry=r,
         )
+        self.control_unknown = Gauge(
+            "groundstream_control_unknown",
+            "1 while this worker does not know the kill switch's state (batches are held)",
+            ["stage"],
+            registry=r,
+        )
+        self.control_holds = Counter(
+            "groundstream_control_holds_total",
+            "Batches held uncommitted because the kill switch's state was unknown",
+            ["stage"],
+            registry=r,
+        )
+        self.control_held = Counter(
+            "groundstream_control_held_seconds_total",
+            "Seconds batches were held waiting for the kill switch's state",
+            ["stage"],
+            registry=r,
+        )
         self._lag_keys: set[str] = set()
         self.serving = False  # set by serve_metrics: only then is the lag worth refreshing
         self._processed: dict[int, int] = {}  # source partition → last offset processed
@@ -169,6 +187,7 @@ class StageMetrics:
     def follow(self, ctx: StageContext, stage: object) -> None:
         """Read the kill switch, the encoder cache and the stage's breakers at scrape time."""
         self.kill_switch.labels(self.stage).set_function(lambda: float(ctx.control.kill_switch))
+        self.control_unknown.labels(self.stage).set_function(lambda: float(not ctx.control.known))
         self.registry.register(_LiveCollector(self.stage, ctx, stage))
 
 

@@ -65,11 +65,28 @@ class EndpointConfig:
 
 @dataclass
 class ControlState:
-    """Operator controls as this worker last saw them on the control topic."""
+    """Operator controls as this worker last saw them on the control topic.
+
+    The kill switch has three states: on, off, and unknown (`known` false: the topic has
+    not been read to its end, or cannot be read). While unknown, `kill_switch` is held ON
+    so that anything deciding regardless fails closed, but the Kafka loop decides nothing
+    then: it holds the batch uncommitted until the state is known (`workers.runtime.loop`).
+    """
 
     kill_switch: bool = False
     kill_switch_by: str = ""
     kill_switch_at: float = 0.0
+    known: bool = True
+    unknown_spells: int = 0
+    """How many times the state has turned unknown: a batch decided across a change of it
+    was decided partly blind, and is redone."""
+
+    @property
+    def state(self) -> str:
+        """`on`, `off` or `unknown`."""
+        if not self.known:
+            return "unknown"
+        return "on" if self.kill_switch else "off"
 
 
 @dataclass
