@@ -248,6 +248,7 @@ class StageLoop:
                     # transaction between fetches) would never see its stop.
                     raise asyncio.CancelledError
                 fetched_in = gate.revocations
+                received, arrived = time.perf_counter(), time.time()
                 self._healthy_at = time.monotonic()
                 async with gate.lock:
                     if gate.revocations != fetched_in:
@@ -262,7 +263,7 @@ class StageLoop:
                     await self._sync_state(consumer)
                     records = [r for tp in sorted(batches) for r in batches[tp]]
                     if records:
-                        await self._batch(producer, records)
+                        await self._batch(producer, records, received, arrived)
                     elif self._carried:  # idle: commit what was carried
                         await self._commit(producer, [], [])
         finally:
@@ -302,10 +303,21 @@ class StageLoop:
             if self.on_ready is not None:
                 self.on_ready(sorted(held))
 
-    async def _batch(self, producer: AIOKafkaProducer, records: list[ConsumerRecord]) -> None:
+    async def _batch(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[ConsumerRecord],
+        received: float | None = None,
+        arrived: float | None = None,
+    ) -> None:
+        """One fetched batch: `received` (perf_counter) and `arrived` (wall clock) are when
+        the fetch returned it; decisions are timed from then (`process_isolated`)."""
+        received = time.perf_counter() if received is None else received
         source = self.settings.topic(self.stage.source)
         items = [_inbound(r) for r in records]
         work = [i for i in items if i.topic == source]
+        if self.metrics is not None:
+            self.metrics.observe_waits(work, time.time() if arrived is None else arrived)
         with self.telemetry.batch(work):
             for item in items:
                 if item.topic != source:
@@ -316,7 +328,11 @@ class StageLoop:
             if gated:
                 await self._await_control(len(work))
             spells = self.ctx.control.unknown_spells
-            emits = await process_isolated(self.stage, work, self.ctx, self.store) if work else []
+            emits = (
+                await process_isolated(self.stage, work, self.ctx, self.store, received=received)
+                if work
+                else []
+            )
             if gated and self.ctx.control.unknown_spells != spells:
                 # Part of the batch may have been decided under the held switch, which
                 # would send what the policy accepts to review: redo it instead.

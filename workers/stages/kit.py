@@ -106,6 +106,9 @@ class StageContext:
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
     encoder_backend: str = "torch"
     """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
+    received: float | None = None
+    """`time.perf_counter()` when the stage received the batch in hand (set around each
+    batch by `isolation.process_isolated`): a decision's timing counts from there."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)
@@ -159,7 +162,10 @@ def conclude(
         # A person's verdict is the authority the kill switch defers to: it stands.
         # Defence in depth: the rules stage already holds state writes under the kill switch.
         target, served_action, gate = Topic.REVIEW, "escalate", gate or "kill_switch"
-    ms = (time.perf_counter() - started) * 1000.0
+    # From the batch's receipt, not the candidate's own start: time spent behind the
+    # others of its batch is the stage's time too (issue 23: a record said 5 ms).
+    since = started if ctx.received is None else min(started, ctx.received)
+    ms = (time.perf_counter() - since) * 1000.0
     common = {
         "candidate_id": env.candidate.id,
         "session_id": env.candidate.session_id,
