@@ -52,7 +52,7 @@ class TestCaps:
         ranges = load_policy(None).grounding.domain.ranges  # type: ignore[union-attr]
         caps = Settings().work_caps()
         assert caps.response_words > ranges["response_words"][1]
-        # A fitted source of 10 windows holds about 2,000 words (256 tokens a window).
+        # A fitted source of 10 windows holds about 1,600 words (RAGTruth dev's largest).
         assert caps.source_words > ranges["context_windows"][1] * 256
 
 
