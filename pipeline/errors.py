@@ -17,6 +17,7 @@ GroundstreamError
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
  ├── BrokerUnavailable (RuntimeError)    workers.runtime.loop: broker gone; exit uncommitted
  ├── StaleBatch (RuntimeError)           workers.runtime.loop: a rebalance took the batch
+ ├── ControlUnknown (RuntimeError)       workers.runtime.loop: kill switch unknown; redo the batch
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
  ├── OutcomeTimeout (TimeoutError)       workers.clients.agent: no outcome yet (in flight)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from pipeline.admission import WorkCaps, admit
 from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
 from pipeline.chunks import context_chunks
 from pipeline.errors import PolicyError, ScoringError
@@ -458,15 +459,24 @@ class RulesVerdict:
 
 
 def evaluate_rules(
-    inp: RuleInput, config: RulesConfig, accepter: Authority | None = None
+    inp: RuleInput,
+    config: RulesConfig,
+    accepter: Authority | None = None,
+    caps: WorkCaps | None = None,
 ) -> RulesVerdict:
     """Run every rule; reject if any hit is reject-severity, else review if any hit, else
     pass. An opinion's hit is a finding instead when `accepter` outranks it
     (:func:`pipeline.authority.opinion_may_hold`). A rule that raises becomes a hit of that
-    rule (fail closed), opinion or not."""
+    rule (fail closed), opinion or not. With `caps`, a candidate over them is not measured
+    for source support (its cost grows with answer × source): that rule's hit then says
+    it was not checked, a hard hit, so only a person's accept can pass it."""
     hits: list[RuleHit] = []
     findings: list[RuleHit] = []
+    unchecked = _over_caps(inp, caps)
     for rule in RULES:
+        if unchecked and rule.name == "source_support":
+            hits.append(_hit(config, rule.name, f"source support not checked: {unchecked}"))
+            continue
         try:
             found = rule.check(inp, config)
         except Exception as exc:  # fail closed: a broken rule never passes silently
@@ -484,3 +494,10 @@ def evaluate_rules(
     else:
         action = RulesAction.PASS
     return RulesVerdict(tuple(hits), action, tuple(findings))
+
+
+def _over_caps(inp: RuleInput, caps: WorkCaps | None) -> str:
+    """Why source support would cost more than `caps` allow ("" when it would not)."""
+    if caps is None or inp.context is None:
+        return ""
+    return admit(inp.question, inp.context, inp.response, caps, count_claims=False).reason

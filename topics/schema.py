@@ -168,6 +168,12 @@ def _chunks(raw: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
     return tuple(texts), tuple(sources) if named else None
 
 
+def _is_version(value: object) -> bool:
+    """Exactly the integer SCHEMA_VERSION: `true` and `1.0` equal 1 in Python, and were
+    accepted as if they were it."""
+    return type(value) is int and value == SCHEMA_VERSION
+
+
 def candidate_from_dict(data: Any) -> Candidate:
     """Validate a decoded candidate object."""
     if not isinstance(data, dict):
@@ -175,7 +181,7 @@ def candidate_from_dict(data: Any) -> Candidate:
             f"wrong type: candidate must be a JSON object, not {type(data).__name__}"
         )
     version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if not _is_version(version):
         raise MalformedMessage(f"unsupported schema_version: {version!r}")
     cid = _text(data, "id")
     session = _text(data, "session_id")
@@ -412,7 +418,7 @@ class Envelope:
 def envelope_from_dict(data: Any) -> Envelope:
     if not isinstance(data, dict):
         raise MalformedMessage("wrong type: envelope must be a JSON object")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if not _is_version(data.get("schema_version")):
         raise MalformedMessage(f"unsupported schema_version: {data.get('schema_version')!r}")
     candidate = candidate_from_dict(data.get("candidate"))
     for name in ("route", "mode"):

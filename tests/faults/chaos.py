@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -23,7 +26,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.integration.conftest import consume_all
-from tests.integration.harness import FIXTURES, Workers, cli, worker_env
+from tests.integration.harness import FIXTURES, Workers, cli, local_sh, worker_env
 from topics.codec import dumps, loads
 from topics.names import TERMINAL, Topic
 from workers.stages.ladder import STAGE_NAMES
@@ -175,7 +178,7 @@ def _terminal_id(topic: Topic, value: bytes, headers: list[tuple[str, bytes]]) -
     return loads(value)["candidate"]["id"]
 
 
-async def _read(bootstrap: str, topic: str) -> list:
+async def read_topic(bootstrap: str, topic: str) -> list:
     return await consume_all(
         bootstrap,
         topic,
@@ -189,12 +192,12 @@ async def audit(bootstrap: str, prefix: str, ids: list[str]) -> Figures:
     """Every terminal topic and `decisions`, committed messages only, counted by id."""
     placed: dict[str, list[str]] = defaultdict(list)
     for topic in TERMINAL:
-        for r in await _read(bootstrap, topic.full(prefix)):
+        for r in await read_topic(bootstrap, topic.full(prefix)):
             cid = _terminal_id(topic, r.value, list(r.headers or ()))
             placed[cid or f"?{r.partition}/{r.offset}"].append(topic.value)
     outcome_topics: dict[str, list[str]] = defaultdict(list)
     superseded = 0
-    for r in await _read(bootstrap, Topic.DECISIONS.full(prefix)):
+    for r in await read_topic(bootstrap, Topic.DECISIONS.full(prefix)):
         record = loads(r.value)
         if record["stage"] == "outcome":
             outcome_topics[record["candidate_id"]].append(record["topic"])
@@ -218,7 +221,7 @@ async def audit(bootstrap: str, prefix: str, ids: list[str]) -> Figures:
 
 async def outcomes_so_far(bootstrap: str, prefix: str) -> int:
     """How many candidates have their outcome record now (`decisions` read to its end)."""
-    records = await _read(bootstrap, Topic.DECISIONS.full(prefix))
+    records = await read_topic(bootstrap, Topic.DECISIONS.full(prefix))
     return len({loads(r.value)["candidate_id"] for r in records if b'"stage":"outcome"' in r.value})
 
 
@@ -254,3 +257,43 @@ async def wait_for_outcomes(bootstrap: str, prefix: str, ids: list[str], timeout
         return len(wanted & seen)
     finally:
         await consumer.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OwnBroker:
+    """A single-node broker of this test's own, through local.sh."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.port = _free_port()
+        self.env = {
+            "KAFKA_PORT": str(self.port),
+            "KAFKA_CONTROLLER_PORT": str(_free_port()),
+            "GROUNDSTREAM_KAFKA_DIR": str(run_dir),
+        }
+        self.run_dir = run_dir
+        self.bootstrap = f"127.0.0.1:{self.port}"
+
+    def _sh(self, command: str) -> None:
+        done = local_sh(command, env=self.env, timeout=300)
+        assert done.returncode == 0, f"local.sh {command}:\n{done.stdout}\n{done.stderr}"
+
+    def start(self) -> None:
+        self._sh("start")
+
+    def stop(self) -> None:
+        self._sh("stop")
+
+    def kill(self) -> None:
+        pid = int((self.run_dir / "kafka.pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)

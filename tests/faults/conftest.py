@@ -7,11 +7,14 @@ and `fault`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.faults.chaos import OwnBroker
 from tests.integration.conftest import kafka_bootstrap, topic_prefix
+from tests.integration.harness import local_sh
 
 __all__ = ["kafka_bootstrap", "topic_prefix"]
 
@@ -26,3 +29,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         item.add_marker(pytest.mark.integration)
         item.add_marker(pytest.mark.fault)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[OwnBroker]:
+    broker = OwnBroker(tmp_path / "kafka")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        local_sh("stop", env=broker.env, timeout=120)

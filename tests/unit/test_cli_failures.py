@@ -65,7 +65,7 @@ MALFORMED: dict[str, list[str]] = {
 # Commands neither table can reach, and why.
 NEITHER = {
     f"bench {name}": "starts its own broker with deploy/kafka/local.sh when none answers"
-    for name in ("geometry", "cache", "claims", "switch", "latency", "scale", "ladder")
+    for name in ("geometry", "cache", "claims", "switch", "latency", "scale", "ladder", "fairness")
 }
 
 

@@ -18,7 +18,7 @@ from pipeline.breaker import BreakerStatus
 from pipeline.policy import load_policy
 from workers.runtime.metrics import StageMetrics, metrics_port
 from workers.runtime.settings import Settings, SettingsError
-from workers.stages.kit import StageContext
+from workers.stages.kit import Inbound, StageContext
 from workers.stages.ladder import STAGE_NAMES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -38,10 +38,21 @@ def _populated() -> StageMetrics:
     m = StageMetrics("geometry", "candidates")
     m.follow(ctx, stage)
     m.observe_batch(3, 0.02)
-    m.observe_record({"stage": "geometry", "action": "scored", "score": 1.2, "method": "sgi"})
+    m.observe_record(
+        {
+            "stage": "geometry",
+            "action": "scored",
+            "score": 1.2,
+            "method": "sgi",
+            "timings": {"geometry": 12.5},
+        }
+    )
+    m.observe_waits([Inbound(b"s", b"{}", "candidates", 0, 1, (), 1.0)], 3.0)
     m.observe_record({"stage": "outcome", "action": "accept", "topic": "state"})
     m.observe_record({"stage": "geometry", "action": "skip", "gate": "unknown_route"})
     m.count_emit("deadletter")
+    m.control_holds.labels("geometry").inc()
+    m.control_held.labels("geometry").inc(1.5)
     m.set_lag({0: 4})
     return m
 

@@ -159,7 +159,7 @@ class TestMalformed:
         reason = reason_of(raw(initiator=initiator))
         assert "initiator" in reason and "user" in reason and "agent" in reason
 
-    @pytest.mark.parametrize("version", [0, 2, "1", None, 1.5])
+    @pytest.mark.parametrize("version", [0, 2, "1", None, 1.5, True, 1.0])
     def test_bad_schema_version(self, version):
         assert "schema_version" in reason_of(raw(schema_version=version))
 
@@ -254,6 +254,7 @@ class TestEnvelope:
         "mutate",
         [
             lambda d: d.update(schema_version=2),
+            lambda d: d.update(schema_version=True),
             lambda d: d.update(route=1),
             lambda d: d.update(mode=None),
             lambda d: d.update(trail="x"),

@@ -181,6 +181,19 @@ def ladder(bootstrap: str, n: int, data: str, json_path: Path | None) -> None:
 
 
 @bench.command()
+@bootstrap_option
+@click.option("--n", type=int, default=200, show_default=True, help="Ordinary candidates per set.")
+@click.option("--rate", type=float, default=1.5, show_default=True, help="Candidates per second.")
+@click.option("--rounds", type=int, default=2, show_default=True, help="Sets alternate in rounds.")
+@json_option
+def fairness(bootstrap: str, n: int, rate: float, rounds: int, json_path: Path | None) -> None:
+    """Ordinary candidates alone vs with five 900 KB / five 200-claim answers (goal <= 1.5x)."""
+    from workers.bench import fairness as fa
+
+    _finish(lambda: fa.run(fa.Options(bootstrap, n, rate, rounds)), json_path)
+
+
+@bench.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def plot(results: tuple[Path, ...], out: Path) -> None:

@@ -4,10 +4,13 @@ Every worker runs a `ControlListener`: a group-less consumer that reads the whol
 topic from the beginning and then follows it, so each process (not one per consumer
 group) sees every control message within `poll` seconds.
 
-Failure posture: the kill switch fails closed. A worker holds it ON from the moment its
-listener is built until the listener has read the control topic to its end (so a
-restarted worker cannot auto-accept before it has seen an operator's switch), and turns
-it ON again whenever the topic cannot be read (broker away, topic missing). A malformed
+Failure posture: the kill switch fails closed. Its state is *unknown* from the moment a
+listener is built until it has read the control topic to its end (so a restarted worker
+cannot auto-accept before it has seen an operator's switch), and again whenever the topic
+cannot be read (broker away, topic missing); both edges are logged. While unknown the
+switch is held ON, and the Kafka loop holds its batches uncommitted until the state is
+known again (`workers.runtime.loop`), so a broker restart delays candidates rather than
+sending what the policy would accept to a person's queue. A malformed
 control message is skipped with a warning and the listener goes on from the next one; a
 message that turns the switch ON is honoured even when its `by` or `at` are unreadable.
 """
@@ -97,17 +100,26 @@ class ControlGate:
 
     def caught_up(self) -> None:
         """The topic has been read to its end: from now on it alone decides."""
+        if not self.readable and self.reason == UNREADABLE:
+            log.warning(
+                "control topic readable again: kill switch %s",
+                "ON" if self.topic.kill_switch else "off",
+            )
         self.readable, self.reason = True, ""
         self._publish()
 
     def unreadable(self, why: str) -> None:
-        """The topic cannot be read: hold the switch ON until it can be read to its end."""
+        """The topic cannot be read: the switch's state is unknown (held ON) until the
+        topic can be read to its end."""
         if self.readable:
-            log.warning("control topic unreadable (%s): kill switch held ON", why)
+            log.warning("control topic unreadable (%s): kill switch state unknown", why)
         self.readable, self.reason = False, UNREADABLE
         self._publish()
 
     def _publish(self) -> None:
+        if self.state.known and not self.readable:
+            self.state.unknown_spells += 1
+        self.state.known = self.readable
         if self.readable:
             self.state.kill_switch = self.topic.kill_switch
             self.state.kill_switch_by = self.topic.kill_switch_by
@@ -180,10 +192,14 @@ class ControlListener:
         while True:
             consumer = self._factory()
             try:
-                await consumer.start()
                 tp = TopicPartition(self.topic, 0)
-                consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
+                # Bounded like the reads: aiokafka's seek waits for the partition's leader
+                # without end, and a listener stuck there kept the state unknown for good
+                # after a broker restart (seen in tests/faults/test_kill_switch_restart.py).
+                async with asyncio.timeout(self.read_timeout):
+                    await consumer.start()
+                    consumer.assign([tp])
+                    await consumer.seek_to_beginning(tp)
                 while True:
                     async with asyncio.timeout(self.read_timeout):  # wait_for can eat a cancel
                         await self._read_to_end(consumer, tp)
@@ -191,14 +207,32 @@ class ControlListener:
                     self._caught_up.set()
                     self._apply(await consumer.getmany(tp, timeout_ms=int(self.poll * 1000)))
             except asyncio.CancelledError:
-                raise
+                if stopping():
+                    raise
+                self._restart("CancelledError")  # aiokafka's own, not ours
+                await asyncio.sleep(self.poll)
             except Exception as exc:  # a broker hiccup must not end the listener
-                self.gate.unreadable(type(exc).__name__)
-                log.warning("control listener restarting after %s", type(exc).__name__)
+                self._restart(type(exc).__name__)
                 await asyncio.sleep(self.poll)
             finally:
-                with contextlib.suppress(Exception):
-                    await consumer.stop()
+                await self._close(consumer)
+
+    def _restart(self, why: str) -> None:
+        self.gate.unreadable(why)
+        log.warning("control listener restarting after %s", why)
+
+    async def _close(self, consumer: ControlConsumer) -> None:
+        """Stop `consumer`, bounded. aiokafka's `stop` re-raises the cancellation of its
+        own pending offset requests after a broker outage; let through, that ended the
+        listener for good and left the switch's state unknown (seen in
+        tests/faults/test_kill_switch_restart.py). Only a stop of ours ends it."""
+        try:
+            await asyncio.wait_for(consumer.stop(), self.read_timeout)
+        except asyncio.CancelledError:
+            if stopping():
+                raise
+        except Exception:  # closing a consumer of a broker that is away may fail; go on
+            pass
 
     async def _read_to_end(self, consumer: ControlConsumer, tp: TopicPartition) -> None:
         end = (await consumer.end_offsets([tp]))[tp]
@@ -215,6 +249,13 @@ class ControlListener:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def stopping() -> bool:
+    """Whether the running task itself is being cancelled (a stop of ours), as opposed
+    to a CancelledError escaping a library's internal task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def publish_kill_switch(bootstrap: str, topic: str, on: bool, by: str) -> dict:

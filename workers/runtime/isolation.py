@@ -14,6 +14,7 @@ memory says nothing about the message: dead-lettering it would lose a good candi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -67,9 +68,25 @@ async def process_isolated(
     ctx: StageContext,
     state: MutableMapping[Any, Any] | None = None,
     limit: int = MAX_OUTPUT_BYTES,
+    received: float | None = None,
 ) -> list[Emit]:
     """`stage.process(batch)`, falling back to one message at a time on a failure;
-    `state` is the table the stage writes (ctx.sessions unless told)."""
+    `state` is the table the stage writes (ctx.sessions unless told). Decisions are timed
+    from `received` (`time.perf_counter()` when the batch arrived; now, unless told)."""
+    ctx.received = time.perf_counter() if received is None else received
+    try:
+        return await _process(stage, batch, ctx, state, limit)
+    finally:
+        ctx.received = None
+
+
+async def _process(
+    stage: Stage,
+    batch: Sequence[Inbound],
+    ctx: StageContext,
+    state: MutableMapping[Any, Any] | None,
+    limit: int,
+) -> list[Emit]:
     table = ctx.sessions if state is None else state
     restore = savepoint(table)
     try:

@@ -54,7 +54,7 @@ from aiokafka import (
 from pipeline.errors import GroundstreamError
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
-from workers.runtime.control import ControlListener
+from workers.runtime.control import ControlListener, stopping
 from workers.runtime.isolation import process_isolated
 from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
 from workers.runtime.settings import Settings
@@ -74,6 +74,11 @@ broker, each carrying one such buffer per partition: at its 16 KiB default a bat
 500 switch envelopes took dozens of round trips to send (measured: sends 40-120 ms per
 batch, 13-30 ms at this size). Half the broker's default message limit, so a topic
 created without our `max.message.bytes` still takes it."""
+HOLD_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+"""Backoff while a batch waits for the kill switch's state to be known."""
+HOLD_LIMIT_S = 60.0
+"""Longest such wait before the session starts over (kept well under the consumer's
+`max_poll_interval_ms`, 300 s, past which the group would drop this member)."""
 CARRY_S = 1.0
 """Longest a batch of followed records that changed nothing waits for a transaction to
 ride in before it gets one of its own (see `StageLoop._carry`)."""
@@ -81,6 +86,11 @@ ride in before it gets one of its own (see `StageLoop._carry`)."""
 
 class BrokerUnavailable(GroundstreamError, RuntimeError):
     """The broker stayed away longer than the worker's patience: exit without committing."""
+
+
+class ControlUnknown(GroundstreamError, RuntimeError):
+    """The kill switch's state stayed unknown past the hold, or turned unknown during a
+    batch: the session starts over, committing nothing."""
 
 
 class StaleBatch(GroundstreamError, RuntimeError):
@@ -238,6 +248,7 @@ class StageLoop:
                     # transaction between fetches) would never see its stop.
                     raise asyncio.CancelledError
                 fetched_in = gate.revocations
+                received, arrived = time.perf_counter(), time.time()
                 self._healthy_at = time.monotonic()
                 async with gate.lock:
                     if gate.revocations != fetched_in:
@@ -252,7 +263,7 @@ class StageLoop:
                     await self._sync_state(consumer)
                     records = [r for tp in sorted(batches) for r in batches[tp]]
                     if records:
-                        await self._batch(producer, records)
+                        await self._batch(producer, records, received, arrived)
                     elif self._carried:  # idle: commit what was carried
                         await self._commit(producer, [], [])
         finally:
@@ -262,10 +273,16 @@ class StageLoop:
             if self.store is not None:
                 self.store.rollback()
                 self.store.partitions = frozenset()  # restored again by the next session
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(consumer.stop(), 10)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), 10)
+            for client in (consumer, producer):
+                try:
+                    await asyncio.wait_for(client.stop(), 10)
+                except asyncio.CancelledError:
+                    # aiokafka's stop can re-raise the cancellation of its own pending
+                    # requests after an outage: that must not end the worker.
+                    if stopping():
+                        raise
+                except Exception:
+                    pass
 
     async def _refresh_lag(self, consumer: AIOKafkaConsumer, metrics: StageMetrics) -> None:
         while True:
@@ -286,19 +303,76 @@ class StageLoop:
             if self.on_ready is not None:
                 self.on_ready(sorted(held))
 
-    async def _batch(self, producer: AIOKafkaProducer, records: list[ConsumerRecord]) -> None:
+    async def _batch(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[ConsumerRecord],
+        received: float | None = None,
+        arrived: float | None = None,
+    ) -> None:
+        """One fetched batch: `received` (perf_counter) and `arrived` (wall clock) are when
+        the fetch returned it; decisions are timed from then (`process_isolated`)."""
+        received = time.perf_counter() if received is None else received
         source = self.settings.topic(self.stage.source)
         items = [_inbound(r) for r in records]
         work = [i for i in items if i.topic == source]
+        if self.metrics is not None:
+            self.metrics.observe_waits(work, time.time() if arrived is None else arrived)
         with self.telemetry.batch(work):
             for item in items:
                 if item.topic != source:
                     self._observe(item)
             if not work and self._carry(records):
                 return
-            emits = await process_isolated(self.stage, work, self.ctx, self.store) if work else []
+            gated = bool(work) and getattr(self.stage, "reads_control", True)
+            if gated:
+                await self._await_control(len(work))
+            spells = self.ctx.control.unknown_spells
+            emits = (
+                await process_isolated(self.stage, work, self.ctx, self.store, received=received)
+                if work
+                else []
+            )
+            if gated and self.ctx.control.unknown_spells != spells:
+                # Part of the batch may have been decided under the held switch, which
+                # would send what the policy accepts to review: redo it instead.
+                raise ControlUnknown("the kill switch's state turned unknown during a batch")
             self.telemetry.record(work, emits)
             await self._commit(producer, emits, records)
+
+    async def _await_control(self, size: int) -> None:
+        """Hold the batch, uncommitted, until the kill switch's state is known (on or
+        off): an unreadable control topic (the broker restarting) is no operator's word,
+        and deciding under it would send every accept to review. Logged and counted at
+        both edges; past HOLD_LIMIT_S the session starts over, as after a failed send."""
+        control = self.ctx.control
+        if control.known:
+            return
+        started = time.monotonic()
+        log.warning(
+            "stage %s: kill switch state unknown: holding a batch of %d uncommitted",
+            self.stage.name,
+            size,
+        )
+        if self.metrics is not None:
+            self.metrics.control_holds.labels(self.stage.name).inc()
+        attempt = 0
+        while not control.known:
+            if time.monotonic() - started > HOLD_LIMIT_S:
+                raise ControlUnknown(
+                    f"kill switch state unknown for {HOLD_LIMIT_S:.0f}s; nothing committed"
+                )
+            await asyncio.sleep(HOLD_S[min(attempt, len(HOLD_S) - 1)])
+            attempt += 1
+        held = time.monotonic() - started
+        if self.metrics is not None:
+            self.metrics.control_held.labels(self.stage.name).inc(held)
+        log.warning(
+            "stage %s: kill switch state known (%s) after %.1fs: batch released",
+            self.stage.name,
+            control.state,
+            held,
+        )
 
     def _carry(self, records: list[ConsumerRecord]) -> bool:
         """Hold the offsets of followed records that wrote no state, instead of a

@@ -12,7 +12,7 @@ Names are `groundstream_*`; tests/unit/test_metrics_names.py checks the Grafana 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -20,13 +20,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from workers.runtime.settings import PREFIX, Settings, SettingsError
-from workers.stages.kit import StageContext
+from workers.stages.kit import Inbound, StageContext
 from workers.stages.ladder import STAGE_NAMES
 
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0)
 """Covers P(grounded) and judge p_yes (0–1), DGI (≤ 1) and SGI (up to ~5, strong cut ~4)."""
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WAIT_BUCKETS = (*SECONDS_BUCKETS, 60.0, 120.0, 300.0)
+"""A candidate can wait minutes behind a slow batch: the tail must show it."""
 
 LAG_INTERVAL = 1.0
 """Seconds between refreshes of the lag gauge."""
@@ -114,6 +116,41 @@ class StageMetrics:
             ["stage"],
             registry=r,
         )
+        self.decision_seconds = Histogram(
+            "groundstream_decision_seconds",
+            "A decision's stage time, as its record's timings say: from the batch's receipt"
+            " to the decision, queueing behind the batch's other candidates included",
+            ["stage"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "groundstream_queue_wait_seconds",
+            "How long a message waited on the stage's source topic before the stage received"
+            " it (its broker timestamp to the fetch; consumer lag in time, apart from the"
+            " decision's own timing)",
+            ["stage"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.control_unknown = Gauge(
+            "groundstream_control_unknown",
+            "1 while this worker does not know the kill switch's state (batches are held)",
+            ["stage"],
+            registry=r,
+        )
+        self.control_holds = Counter(
+            "groundstream_control_holds_total",
+            "Batches held uncommitted because the kill switch's state was unknown",
+            ["stage"],
+            registry=r,
+        )
+        self.control_held = Counter(
+            "groundstream_control_held_seconds_total",
+            "Seconds batches were held waiting for the kill switch's state",
+            ["stage"],
+            registry=r,
+        )
         self._lag_keys: set[str] = set()
         self.serving = False  # set by serve_metrics: only then is the lag worth refreshing
         self._processed: dict[int, int] = {}  # source partition → last offset processed
@@ -130,9 +167,20 @@ class StageMetrics:
         self.decisions.labels(self.stage, str(record.get("action"))).inc()
         if record.get("gate"):
             self.gates.labels(self.stage, str(record["gate"])).inc()
+        ms = (record.get("timings") or {}).get(record.get("stage"))
+        if isinstance(ms, int | float) and not isinstance(ms, bool):
+            self.decision_seconds.labels(self.stage).observe(ms / 1000.0)
         score = record.get("score")
         if isinstance(score, int | float):
             self.scores.labels(self.stage, str(record.get("method") or "none")).observe(score)
+
+    def observe_waits(self, items: Sequence[Inbound], arrived: float) -> None:
+        """Each message's wait on the source topic: `arrived` (wall clock, when the fetch
+        returned it) less its broker timestamp. Clocks of different hosts may disagree:
+        a negative wait counts as none."""
+        for item in items:
+            if item.timestamp is not None:
+                self.queue_wait.labels(self.stage).observe(max(0.0, arrived - item.timestamp))
 
     def count_emit(self, topic: str) -> None:
         self.emits.labels(self.stage, topic).inc()
@@ -178,6 +226,7 @@ class StageMetrics:
     def follow(self, ctx: StageContext, stage: object) -> None:
         """Read the kill switch, the encoder cache and the stage's breakers at scrape time."""
         self.kill_switch.labels(self.stage).set_function(lambda: float(ctx.control.kill_switch))
+        self.control_unknown.labels(self.stage).set_function(lambda: float(not ctx.control.known))
         self.registry.register(_LiveCollector(self.stage, ctx, stage))
 
 

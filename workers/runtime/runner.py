@@ -58,6 +58,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         policy=settings.load_policy(),
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
+        caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
     )
     if spec.preload_encoder(settings):

@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pipeline import admission
+from pipeline.admission import WorkCaps
 from pipeline.encoder import BACKENDS
 from pipeline.errors import PolicyError
 from pipeline.policy import Policy, load_policy
@@ -80,6 +82,9 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "batch_size": (_positive_int, "an integer >= 1"),
     "batch_within": (_positive_float, "seconds > 0"),
     "max_candidate_bytes": (_positive_int, "bytes >= 1"),
+    "max_response_words": (_positive_int, "an integer >= 1"),
+    "max_source_words": (_positive_int, "an integer >= 1"),
+    "max_claims": (_positive_int, "an integer >= 1"),
     "web_port": (_port, "a TCP port"),
     "metrics_port": (_port, "a TCP port (the first stage's; each stage adds its index)"),
     "sampler_url": (_url, "an http(s) base URL ending in /v1"),
@@ -118,6 +123,9 @@ class Settings:
     """Every stage's batch when set; unset, the stage's own (`batch_size_for`)."""
     batch_within: float = 0.05
     max_candidate_bytes: int = 1024 * 1024
+    max_response_words: int = admission.RESPONSE_WORDS
+    max_source_words: int = admission.SOURCE_WORDS
+    max_claims: int = admission.CLAIMS
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     web_token: str = field(default="", repr=False)
@@ -168,6 +176,10 @@ class Settings:
                 PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error"
             )
         return settings
+
+    def work_caps(self) -> WorkCaps:
+        """The per-candidate work caps (`pipeline.admission`)."""
+        return WorkCaps(self.max_response_words, self.max_source_words, self.max_claims)
 
     def topic(self, topic: Topic) -> str:
         return topic.full(self.topic_prefix)

@@ -27,6 +27,7 @@ def make_context(settings: Settings, policy: Policy) -> StageContext:
         policy=policy,
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
+        caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
     )
 

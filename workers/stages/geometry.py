@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.admission import Admission, admit
 from pipeline.check import check
 from pipeline.claims import ClaimSupport
 from pipeline.defaults import default_claim_reader
@@ -21,7 +22,7 @@ from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, deadline_for, expired
 from pipeline.scoring import score_batch
 from topics.names import Topic
-from topics.schema import Envelope, GeometryPayload, MalformedMessage, parse_candidate
+from topics.schema import Candidate, Envelope, GeometryPayload, MalformedMessage, parse_candidate
 from workers.clients.claims import load_head
 from workers.clients.encoder import stage_encoder
 from workers.stages.common import evidence_context, evidence_only, expire, hold_for_review
@@ -80,6 +81,18 @@ class GeometryStage:
                 )
             elif expired(env.deadline, now):
                 emits += expire(self.name, env, ctx)
+            elif not (admitted := _admit(candidate, ctx)).admitted:
+                # Decided before the expensive part: encoding and claim support grow
+                # with the text, and one huge answer would hold up the whole batch.
+                emits += hold_for_review(
+                    self.name,
+                    env,
+                    ctx,
+                    started=started,
+                    gate="work_cap",
+                    reason=admitted.reason,
+                    evidence={"admission": admitted.to_dict()},
+                )
             elif (found := evidence_context(candidate, route))[1] and not found[0]:
                 # A context was given and none of it may ground the answer (its own words,
                 # or sources the route does not trust): fail closed.
@@ -143,6 +156,13 @@ class GeometryStage:
 
     async def close(self) -> None:
         return None
+
+
+def _admit(candidate: Candidate, ctx: StageContext) -> Admission:
+    """The work caps on the question, the answer and every context chunk: the chunks are
+    weighed as evidence (`evidence_context`) before any is encoded, at a cost of their
+    own."""
+    return admit(candidate.question, candidate.context_chunks, candidate.response, ctx.caps)
 
 
 def _score_by_route(

@@ -15,6 +15,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pipeline.admission import WorkCaps
 from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, content_hash, make_record
 from pipeline.routing import Mode, RouteConfig
@@ -64,11 +65,28 @@ class EndpointConfig:
 
 @dataclass
 class ControlState:
-    """Operator controls as this worker last saw them on the control topic."""
+    """Operator controls as this worker last saw them on the control topic.
+
+    The kill switch has three states: on, off, and unknown (`known` false: the topic has
+    not been read to its end, or cannot be read). While unknown, `kill_switch` is held ON
+    so that anything deciding regardless fails closed, but the Kafka loop decides nothing
+    then: it holds the batch uncommitted until the state is known (`workers.runtime.loop`).
+    """
 
     kill_switch: bool = False
     kill_switch_by: str = ""
     kill_switch_at: float = 0.0
+    known: bool = True
+    unknown_spells: int = 0
+    """How many times the state has turned unknown: a batch decided across a change of it
+    was decided partly blind, and is redone."""
+
+    @property
+    def state(self) -> str:
+        """`on`, `off` or `unknown`."""
+        if not self.known:
+            return "unknown"
+        return "on" if self.kill_switch else "off"
 
 
 @dataclass
@@ -82,10 +100,15 @@ class StageContext:
     sessions: MutableMapping[str, Any] = field(default_factory=dict)
     services: dict[str, Any] = field(default_factory=dict)
     max_candidate_bytes: int = 1024 * 1024
+    caps: WorkCaps = field(default_factory=WorkCaps)
+    """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.admission`)."""
     stage_key: bytes | None = None
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
     encoder_backend: str = "torch"
     """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
+    received: float | None = None
+    """`time.perf_counter()` when the stage received the batch in hand (set around each
+    batch by `isolation.process_isolated`): a decision's timing counts from there."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)
@@ -139,7 +162,10 @@ def conclude(
         # A person's verdict is the authority the kill switch defers to: it stands.
         # Defence in depth: the rules stage already holds state writes under the kill switch.
         target, served_action, gate = Topic.REVIEW, "escalate", gate or "kill_switch"
-    ms = (time.perf_counter() - started) * 1000.0
+    # From the batch's receipt, not the candidate's own start: time spent behind the
+    # others of its batch is the stage's time too (issue 23: a record said 5 ms).
+    since = started if ctx.received is None else min(started, ctx.received)
+    ms = (time.perf_counter() - since) * 1000.0
     common = {
         "candidate_id": env.candidate.id,
         "session_id": env.candidate.session_id,

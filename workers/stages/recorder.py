@@ -46,6 +46,7 @@ class RecorderStage:
     """decisions → audit + decisions.public, one entry per record (module docstring)."""
 
     name = "recorder"
+    reads_control = False  # delivers or records decisions made upstream; none of its own
     source = Topic.DECISIONS
 
     def __init__(self, key: bytes | None = None) -> None:

@@ -34,6 +34,7 @@ class RulesStage(EnvelopeStage):
             ),
             ctx.policy.rules,
             accepter,
+            ctx.caps,
         )
         evidence = {
             "rules": verdict.to_dict(),

@@ -82,6 +82,7 @@ class TerminalStage:
     """concluded → state | escalations.* | deadletter, through the outcome ledger."""
 
     name = "terminal"
+    reads_control = False  # delivers or records decisions made upstream; none of its own
     source = Topic.CONCLUDED
 
     def __init__(self, ledger: MutableMapping[bytes, Any] | None = None) -> None:
