@@ -19,11 +19,9 @@ def _library_section() -> str:
     return README[README.index("## As a Python library") :].split("\n## ", 1)[0]
 
 
-def test_the_readme_python_example_prints_what_the_readme_promises():
-    section = _library_section()
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    promised = re.findall(r"prints `([^`]+)` and `([^`]+)`", section)[0]
-    out = subprocess.run(
+def _run(code: str) -> subprocess.CompletedProcess:
+    """The README's code as a user pastes it: a fresh interpreter, offline."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
         capture_output=True,
@@ -31,6 +29,13 @@ def test_the_readme_python_example_prints_what_the_readme_promises():
         timeout=300,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_the_readme_python_example_prints_what_the_readme_promises():
+    section = _library_section()
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    promised = re.findall(r"prints `([^`]+)` and `([^`]+)`", section)[0]
+    out = _run(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == list(promised)
 
@@ -42,13 +47,6 @@ def test_the_seed_worked_example_prints_both_constructions_as_the_readme_says():
     code, printed = re.findall(block, section, re.S)[0]
     assert "accept_threshold_sgi=1.20, reject_threshold_sgi=0.95" in code
     assert "GroundingSwitch()" in code
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )
+    out = _run(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == printed.splitlines()
