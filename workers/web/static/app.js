@@ -37,7 +37,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 const state = {
   writesEnabled: true, killSwitch: false, filter: "", pendingLogin: null,
-  reviewWaiting: null, summary: null, summaryTimer: null,
+  reviewWaiting: null, summary: null, summaryTimer: null, reviewAsked: 0,
 };
 
 function el(tag, props = {}, ...children) {
@@ -522,9 +522,14 @@ function renderReview(items) {
 }
 
 async function refreshReview() {
-  const auth = creds.token ? { Authorization: `Bearer ${creds.token}` } : {};
+  const token = creds.token;
+  const asked = ++state.reviewAsked;
+  const auth = token ? { Authorization: `Bearer ${token}` } : {};
   try {
     const r = await getJSON("/api/review", auth);
+    // Only the newest answer, and only under the credentials it was asked with: a queue
+    // read with the token (texts included) must not land after the reviewer signed out.
+    if (asked !== state.reviewAsked || token !== creds.token) return;
     renderReview(r.pending);
   } catch (err) {
     reviewMsg(`review queue: ${err.message}`, "bad-text");
@@ -647,7 +652,11 @@ function wire() {
     closeLogin(true);
   });
   $("creds").addEventListener("click", () => {
-    if (creds.token) { creds.clear(); refreshReview(); } else askCreds();
+    if (creds.token) {
+      creds.clear();
+      for (const row of document.querySelectorAll("#review tr.texts")) row.remove();
+      refreshReview();
+    } else askCreds();
   });
   $("kill").addEventListener("click", async () => {
     const on = !state.killSwitch;
