@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from pipeline.policy import load_policy
+from tests.fixtures.fakes import FakeProducer
 from topics.names import Topic
 from workers.runtime import loop as loop_module
 from workers.runtime.control import KILL_SWITCH_KEY, ControlGate, ControlListener
@@ -22,40 +23,6 @@ from workers.runtime.settings import Settings
 from workers.runtime.telemetry import StageTelemetry
 from workers.stages.kit import ControlState, Emit, Inbound, StageContext
 from workers.stages.terminal import TerminalStage
-
-
-class Producer:
-    """The transactional calls the loop makes, recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def begin_transaction(self) -> None:
-        self.calls.append("begin")
-
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0}
-
-    def _partition(self, *args: Any) -> int:
-        return 0
-
-    def create_batch(self) -> Any:
-        class Batch:
-            def append(self, **kwargs: Any) -> object:
-                return object()
-
-        return Batch()
-
-    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any:
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(None)
-        return future
-
-    async def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> None:
-        self.calls.append("offsets")
-
-    async def commit_transaction(self) -> None:
-        self.calls.append("commit")
 
 
 class Stage:
@@ -126,7 +93,7 @@ class TestLoopHolds:
     async def test_a_batch_waits_uncommitted_until_the_state_is_known(self, caplog) -> None:
         state = ControlState()
         gate = ControlGate(state)
-        stage, producer = Stage(), Producer()
+        stage, producer = Stage(), FakeProducer()
         metrics = StageMetrics("rules", "p.rules")
         loop = stage_loop(stage, state, metrics)
         with caplog.at_level(logging.WARNING, "groundstream.worker"):
@@ -137,7 +104,7 @@ class TestLoopHolds:
             gate.caught_up()
             await asyncio.wait_for(task, 5)
         assert stage.seen == ["off"]
-        assert producer.calls == ["begin", "offsets", "commit"]
+        assert [call[0] for call in producer.calls] == ["begin", "send", "offsets", "commit"]
         assert metrics.control_holds.labels("rules")._value.get() == 1
         assert metrics.control_held.labels("rules")._value.get() >= 0.5
         messages = [r.getMessage() for r in caplog.records]
@@ -151,7 +118,7 @@ class TestLoopHolds:
         state = ControlState()
         gate = ControlGate(state)
         gate.caught_up()
-        stage, producer = Stage(gate), Producer()
+        stage, producer = Stage(gate), FakeProducer()
         with pytest.raises(ControlUnknown):
             await stage_loop(stage, state)._batch(producer, [Record(4)])  # type: ignore[arg-type]
         assert producer.calls == []
@@ -160,7 +127,7 @@ class TestLoopHolds:
         monkeypatch.setattr(loop_module, "HOLD_LIMIT_S", 0.2)
         state = ControlState()
         ControlGate(state)
-        producer = Producer()
+        producer = FakeProducer()
         with pytest.raises(ControlUnknown, match="unknown for"):
             await stage_loop(Stage(), state)._batch(producer, [Record(4)])  # type: ignore[arg-type]
         assert producer.calls == []
@@ -168,12 +135,12 @@ class TestLoopHolds:
     async def test_the_terminal_writer_does_not_wait_for_the_switch(self) -> None:
         state = ControlState()
         ControlGate(state)
-        producer = Producer()
+        producer = FakeProducer()
         stage = TerminalStage({})
         record = Record(4)
         record.topic = "p.concluded"
         await asyncio.wait_for(stage_loop(stage, state)._batch(producer, [record]), 5)  # type: ignore[arg-type]
-        assert producer.calls[-1] == "commit"
+        assert producer.calls[-1] == ("commit",)
 
     def test_the_unknown_state_is_a_metric(self) -> None:
         state = ControlState()

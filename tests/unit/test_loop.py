@@ -3,7 +3,6 @@ and nothing committed when any send fails."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from pipeline.policy import load_policy
+from tests.fixtures.fakes import FakeBatch, FakeProducer
 from topics.names import Topic
 from workers.runtime.loop import CARRY_S, StageLoop, send_batched
 from workers.runtime.settings import Settings
@@ -18,49 +18,6 @@ from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
 from workers.stages.kit import Emit, StageContext
 from workers.stages.terminal import TerminalStage
-
-
-class FakeBatch:
-    def __init__(self) -> None:
-        self.keys: list[Any] = []
-
-    def append(self, *, timestamp: Any, key: Any, value: Any, headers: Any) -> object:
-        self.keys.append(key)
-        return object()
-
-
-class FakeProducer:
-    """Records the transactional calls; sends to `fail_on` fail when awaited."""
-
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.fail_on, self.calls = fail_on, []
-
-    async def begin_transaction(self) -> None:
-        self.calls.append(("begin",))
-
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0}
-
-    def _partition(self, topic: str, partition: Any, *args: Any) -> int:
-        return 0
-
-    def create_batch(self) -> FakeBatch:
-        return FakeBatch()
-
-    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int):
-        self.calls += [("send", topic, key) for key in batch.keys]
-        future = asyncio.get_running_loop().create_future()
-        if topic == self.fail_on:
-            future.set_exception(MessageSizeTooLargeError())
-        else:
-            future.set_result(None)
-        return future
-
-    async def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> None:
-        self.calls.append(("offsets", dict(offsets), group_id))
-
-    async def commit_transaction(self) -> None:
-        self.calls.append(("commit",))
 
 
 class Record:

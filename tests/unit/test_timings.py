@@ -4,10 +4,10 @@ histogram reads the same figure, and the wait on the source topic is a metric ap
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from pipeline.policy import load_policy
+from tests.fixtures.fakes import FakeProducer
 from topics.codec import loads
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict
@@ -19,35 +19,6 @@ from workers.stages.common import EnvelopeStage
 from workers.stages.kit import Emit, StageContext, conclude
 
 SLOW_S = 0.3
-
-
-class Producer:
-    async def begin_transaction(self) -> None:
-        return None
-
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0}
-
-    def _partition(self, *args: object) -> int:
-        return 0
-
-    def create_batch(self) -> object:
-        class Batch:
-            def append(self, **kwargs: object) -> object:
-                return object()
-
-        return Batch()
-
-    async def send_batch(self, batch: object, topic: str, *, partition: int) -> object:
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(None)
-        return future
-
-    async def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> None:
-        return None
-
-    async def commit_transaction(self) -> None:
-        return None
 
 
 class BlockingFirst(EnvelopeStage):
@@ -98,7 +69,7 @@ def stage_loop(stage: BlockingFirst, metrics: StageMetrics | None = None) -> Sta
 async def test_a_candidate_queued_behind_a_slow_one_says_so() -> None:
     stage = BlockingFirst()
     records = [Record(0, envelope("slow")), Record(1, envelope("quick"))]
-    await stage_loop(stage)._batch(Producer(), records)  # type: ignore[arg-type]
+    await stage_loop(stage)._batch(FakeProducer(), records)  # type: ignore[arg-type]
     took = timings(stage)
     assert took["slow"] >= SLOW_S * 1000
     assert took["quick"] >= SLOW_S * 1000  # it waited for "slow"; it used to say ~0 ms
@@ -107,7 +78,7 @@ async def test_a_candidate_queued_behind_a_slow_one_says_so() -> None:
 async def test_timing_counts_from_the_fetch_not_from_the_batch_start() -> None:
     stage = BlockingFirst()
     fetched = time.perf_counter() - 0.5  # e.g. held for the kill switch's state meanwhile
-    await stage_loop(stage)._batch(Producer(), [Record(0, envelope("quick"))], fetched)  # type: ignore[arg-type]
+    await stage_loop(stage)._batch(FakeProducer(), [Record(0, envelope("quick"))], fetched)  # type: ignore[arg-type]
     assert timings(stage)["quick"] >= 500
 
 
@@ -118,7 +89,7 @@ async def test_the_histogram_reads_the_records_figure_and_waits_are_apart() -> N
     loop.telemetry = StageTelemetry("rules", "p.rules", metrics)
     now = time.time()
     records = [Record(0, envelope("slow"), int((now - 2.0) * 1000))]
-    await loop._batch(Producer(), records, time.perf_counter(), now)  # type: ignore[arg-type]
+    await loop._batch(FakeProducer(), records, time.perf_counter(), now)  # type: ignore[arg-type]
     sample = metrics.registry.get_sample_value
     decided = sample("groundstream_decision_seconds_sum", {"stage": "rules"})
     assert decided == timings(stage)["slow"] / 1000.0
