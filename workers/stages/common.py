@@ -10,12 +10,19 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.provenance import Chunk, ContextEvidence, Source, assess_context
+from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig, expired
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, MalformedMessage, parse_envelope
 from topics.signing import verify
 from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
 from workers.stages.routes import HOLD
+
+
+def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
+    """The score the geometry stage put on the envelope (validated when the envelope was
+    parsed: a malformed one is dead-lettered); None when there is none."""
+    return None if env.geometry is None else env.geometry.score
 
 
 def open_envelopes(

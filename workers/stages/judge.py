@@ -17,7 +17,13 @@ from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.llm import failure_kind
-from workers.stages.common import EnvelopeStage, evidence_context, expire, hold_for_review
+from workers.stages.common import (
+    EnvelopeStage,
+    evidence_context,
+    expire,
+    geometry_result,
+    hold_for_review,
+)
 from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
 
 
@@ -69,9 +75,8 @@ class JudgeStage(EnvelopeStage):
         )
         gate = None if verdict is not JudgeVerdict.UNSURE else "judge_unsure"
         if verdict is JudgeVerdict.YES:
-            score_on_env = None if env.geometry is None else env.geometry.score
             vetoed = veto_judge_yes(
-                reader_score(score_on_env, ctx.policy.grounding_for(route.name)), route
+                reader_score(geometry_result(env), ctx.policy.grounding_for(route.name)), route
             )
             if vetoed is not None:
                 action, reason, gate = SwitchAction.ESCALATE, vetoed, "reader_veto"

@@ -10,21 +10,19 @@ from collections.abc import Sequence
 
 from pipeline.deferral import defer_to_judge, reader_score
 from pipeline.policy import Policy
-from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
 from pipeline.sessions import SessionState, enter, leave, observe_outcome
 from pipeline.switch import GroundingSwitch, SwitchAction
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stages.common import EnvelopeStage, hold_for_review, open_envelopes
+from workers.stages.common import (
+    EnvelopeStage,
+    geometry_result,
+    hold_for_review,
+    open_envelopes,
+)
 from workers.stages.kit import Emit, EndpointConfig, Inbound, StageContext, conclude, key_of
 from workers.stages.routes import ASK_JUDGE
-
-
-def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
-    """The score the geometry stage put on the envelope (validated when the envelope was
-    parsed: a malformed one is dead-lettered); None when there is none."""
-    return None if env.geometry is None else env.geometry.score
 
 
 class SwitchStage(EnvelopeStage):
@@ -92,7 +90,12 @@ class SwitchStage(EnvelopeStage):
             )
         switch, thresholds = self._switch(ctx, route)
         decision = switch.decide(result)
-        reader = reader_score(result, ctx.policy.grounding_for(route.name))
+        # The reader's reading matters only where a judge may be asked: no lookup otherwise.
+        reader = (
+            reader_score(result, ctx.policy.grounding_for(route.name))
+            if self.judge_available
+            else None
+        )
         deferred = defer_to_judge(decision, route, self.judge_available, reader)
         escalated = deferred is not None or decision.action is not SwitchAction.ACCEPT
         _save(ctx, key, before, leave(session, escalated, c.turn))
