@@ -83,3 +83,11 @@ class GroundingScore:
 
 
 GeometryResult = SGIResult | DGIResult
+
+
+def score_record(score: SGIResult | DGIResult | GroundingScore) -> dict[str, object]:
+    """A geometry score as the envelope and the decision record carry it: the SGI or DGI
+    record's fields, plus `grounding` ({probability, features}) for P(grounded)."""
+    if isinstance(score, GroundingScore):
+        return {**score.sgi.to_dict(), "grounding": score.to_dict()}
+    return score.to_dict()

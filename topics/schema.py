@@ -17,7 +17,7 @@ import orjson
 
 from pipeline.chunks import context_chunks
 from pipeline.errors import GroundstreamError
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.results import DGIResult, GroundingScore, SGIResult, score_record
 from topics.codec import dumps, loads
 
 SCHEMA_VERSION = 1
@@ -285,9 +285,7 @@ class GeometryPayload:
     score: SGIResult | DGIResult | GroundingScore
 
     def to_dict(self) -> dict[str, Any]:
-        if isinstance(self.score, GroundingScore):
-            return {**self.score.sgi.to_dict(), "grounding": self.score.to_dict()}
-        return self.score.to_dict()
+        return score_record(self.score)
 
     @classmethod
     def from_dict(cls, data: Any) -> GeometryPayload:

@@ -324,8 +324,8 @@ def topics_create(extra: tuple[str, ...]) -> None:
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
+    from workers.runtime.ladder import STAGE_NAMES
     from workers.runtime.runner import run_all, run_stage
-    from workers.stages.ladder import STAGE_NAMES
 
     if stage != "all" and stage not in STAGE_NAMES:
         raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
@@ -364,8 +364,8 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 
     Run it after starting workers in the background and before producing: a candidate
     produced earlier is only decided once its stage has joined its group."""
+    from workers.runtime.ladder import STAGE_NAMES
     from workers.runtime.ready import wait_ready
-    from workers.stages.ladder import STAGE_NAMES
 
     unknown = sorted(set(stages) - set(STAGE_NAMES))
     if unknown:
@@ -790,7 +790,7 @@ def review() -> None:
 @click.option("--texts", is_flag=True, help="With --json: each item's question, context, answer.")
 def review_list(as_json: bool, texts: bool) -> None:
     """List candidates waiting for a person's verdict."""
-    from workers.stages.review import pending
+    from workers.runtime.review import pending
 
     items = _kafka(pending(_settings()))
     if as_json:
@@ -841,7 +841,7 @@ def review_export(out_file: Path, since: str | None, route: str | None) -> None:
 def review_show(candidate_id: str) -> None:
     """What the reviewer decides on: the question, each context chunk (with its source)
     and the answer, as raw text; plus why it waits and who has claimed it."""
-    from workers.stages.review import pending
+    from workers.runtime.review import pending
 
     items = {p.envelope.candidate.id: p for p in _kafka(pending(_settings()))}
     if candidate_id not in items:
@@ -865,8 +865,8 @@ def review_show(candidate_id: str) -> None:
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: str | None) -> None:
     """Record a person's verdict: accept goes through rules to state, reject ends it."""
-    from pipeline.review import HumanVerdict
-    from workers.stages.review import decide
+    from pipeline.stages.review import HumanVerdict
+    from workers.runtime.review import decide
 
     settings = _settings(policy)
     try:

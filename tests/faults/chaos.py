@@ -29,7 +29,7 @@ from tests.integration.conftest import consume_all
 from tests.integration.harness import FIXTURES, Workers, cli, local_sh, worker_env
 from topics.codec import dumps, loads
 from topics.names import TERMINAL, Topic
-from workers.stages.ladder import STAGE_NAMES
+from workers.runtime.ladder import STAGE_NAMES
 
 POLICY = FIXTURES / "ladder" / "policy.toml"
 _CASES = {

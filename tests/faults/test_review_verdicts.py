@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.policy import load_policy
-from pipeline.review import HumanVerdict
+from pipeline.stages.review import Claim, HumanVerdict
 from tests.integration.conftest import consume_all, produce
 from tests.integration.harness import cli, worker_env
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
+from workers.runtime.review import AlreadyDecided, decide, pending
 from workers.runtime.settings import Settings
 from workers.stages import review
-from workers.stages.review import AlreadyDecided, Claim, decide, pending
 
 REVIEWERS = ("alice", "bob", "carol", "dave")
 OUT = [t for t in Topic if t not in (Topic.CONTROL, Topic.DECISIONS, Topic.REVIEW)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.chaos import Ladder, audit, candidates, chaos, produce_paced, wait_for_outcomes
-from workers.stages.ladder import STAGE_NAMES
+from workers.runtime.ladder import STAGE_NAMES
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -8,6 +8,7 @@ import asyncio
 
 import orjson
 
+from workers.interfaces import ControlState
 from workers.runtime.control import (
     KILL_SWITCH_KEY,
     NOT_READ_YET,
@@ -15,7 +16,6 @@ from workers.runtime.control import (
     ControlListener,
     publish_kill_switch,
 )
-from workers.stages.kit import ControlState
 
 
 def switch(on: bool, by: str) -> bytes:

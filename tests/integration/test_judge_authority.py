@@ -30,10 +30,10 @@ from tests.fixtures.ladder_scenario import (
     at,
     cand,
 )
+from workers.interfaces import StageContext
 from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 R_PARAPHRASE = "Erased documents stay recoverable for a quarter of a year, then they are wiped."
 """Right, but in other words: low SGI and almost no content word of the source."""

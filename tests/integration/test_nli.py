@@ -20,8 +20,8 @@ from pipeline.policy import parse_policy
 from topics.codec import loads
 from topics.schema import Candidate, Envelope
 from workers.clients.nli import NliSimilarity
+from workers.interfaces import EndpointConfig, Inbound, StageContext
 from workers.stages.consistency import ConsistencyStage
-from workers.stages.kit import EndpointConfig, Inbound, StageContext
 
 LABELS = {0: "contradiction", 1: "entailment", 2: "neutral"}
 

@@ -23,9 +23,9 @@ from topics.admin import create_topics
 from topics.codec import dumps
 from workers.runtime import telemetry
 from workers.runtime.kafka_tools import produce_file
+from workers.runtime.ladder import LADDER
 from workers.runtime.runner import build_loop
 from workers.runtime.settings import Settings
-from workers.stages.ladder import LADDER
 
 from .conftest import consume_all
 from .harness import values

@@ -12,9 +12,9 @@ from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic
+from workers.interfaces import Inbound, StageContext
 from workers.runtime.settings import Settings, SettingsError
 from workers.stages.geometry import GeometryStage
-from workers.stages.kit import Inbound, StageContext
 
 NOW = 1_700_000_000.0
 CAPS = WorkCaps(response_words=10, source_words=20, claims=3)

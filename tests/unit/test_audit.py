@@ -271,8 +271,8 @@ class TestUnrecorded:
 class TestWorkerAllRecords:
     def test_worker_all_starts_the_audit_recorder_with_the_stages(self, monkeypatch, tmp_path):
         from workers.runtime import runner
+        from workers.runtime.ladder import STAGE_NAMES
         from workers.runtime.settings import Settings
-        from workers.stages.ladder import STAGE_NAMES
 
         started: list[list[str]] = []
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from pipeline.records import make_record
 from topics.codec import dumps, loads
 from workers.cli import main
+from workers.interfaces import ControlState
 from workers.runtime import kafka_tools, runner
 from workers.runtime.kafka_tools import UnknownTopic, check_candidates, numbered_lines
 from workers.runtime.outcomes import Trails
@@ -32,7 +33,6 @@ from workers.runtime.ready import (
     wait_ready,
 )
 from workers.runtime.settings import Settings
-from workers.stages.kit import ControlState
 
 GOOD = {"id": "c-1", "session_id": "s-1", "question": "q?", "context": "ctx", "response": "a."}
 

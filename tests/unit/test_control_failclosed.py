@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import TopicPartition
 
+from workers.interfaces import ControlState
 from workers.runtime.control import (
     KILL_SWITCH_KEY,
     NOT_READ_YET,
@@ -19,7 +20,6 @@ from workers.runtime.control import (
     apply_control,
     read_control,
 )
-from workers.stages.kit import ControlState
 
 
 def switch(on: object, **extra: object) -> bytes:

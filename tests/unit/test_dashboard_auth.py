@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.records import make_record
-from pipeline.review import HumanVerdict
+from pipeline.stages.review import HumanVerdict
 from topics.codec import loads
 from workers.runtime.settings import Settings
 from workers.web.app import build_app

@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.policy import load_policy
+from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings
-from workers.stages.review import AlreadyDecided
 from workers.web import app as dashboard
 from workers.web.app import allowed_hosts, build_app
 from workers.web.state import DashboardState

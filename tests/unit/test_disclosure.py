@@ -26,10 +26,10 @@ from tests.fixtures.ladder_scenario import (
     VECTORS,
     cand,
 )
+from workers.interfaces import StageContext
 from workers.runtime.embedded import run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 SECRETS = [f"Secret{i}Quux" for i in range(40)]
 

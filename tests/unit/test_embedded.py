@@ -37,10 +37,10 @@ from tests.fixtures.ladder_scenario import (
 )
 from topics.names import Topic
 from topics.schema import parse_envelope
+from workers.interfaces import StageContext
 from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 
 def make_ctx(policy: dict | None = None) -> tuple[StageContext, FakeEncoder]:

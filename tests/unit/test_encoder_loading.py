@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pipeline.defaults import default_policy
 from workers.clients import encoder as stage_encoders
+from workers.interfaces import StageContext
+from workers.runtime.ladder import LADDER, row
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import LADDER, row
 
 
 def test_only_geometry_and_a_sampling_consistency_stage_preload():

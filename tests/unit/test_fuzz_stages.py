@@ -13,9 +13,9 @@ from tests.fixtures.fakes import HashEncoder
 from tests.fixtures.fuzz import INPUTS, is_good, message, with_id
 from topics.conclusion import read_conclusion
 from topics.names import Topic
+from workers.interfaces import Emit, Inbound, Stage, StageContext
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import Emit, Inbound, Stage, StageContext
-from workers.stages.ladder import build_ladder
 
 # The terminal writer reads only what the stages write (sealed, with a stage key).
 STAGES: dict[Topic, Stage] = {

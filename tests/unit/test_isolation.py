@@ -12,8 +12,8 @@ from pipeline.policy import load_policy
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic
+from workers.interfaces import Emit, Inbound, StageContext
 from workers.runtime.isolation import oversize, process_isolated
-from workers.stages.kit import Emit, Inbound, StageContext
 
 
 def item(cid: str, offset: int) -> Inbound:

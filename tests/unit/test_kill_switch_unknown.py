@@ -15,13 +15,13 @@ import pytest
 from pipeline.policy import load_policy
 from tests.fixtures.fakes import FakeProducer
 from topics.names import Topic
+from workers.interfaces import ControlState, Emit, Inbound, StageContext
 from workers.runtime import loop as loop_module
 from workers.runtime.control import KILL_SWITCH_KEY, ControlGate, ControlListener
 from workers.runtime.loop import ControlUnknown, StageLoop
 from workers.runtime.metrics import StageMetrics
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import StageTelemetry
-from workers.stages.kit import ControlState, Emit, Inbound, StageContext
 from workers.stages.terminal import TerminalStage
 
 

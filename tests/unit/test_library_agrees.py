@@ -16,8 +16,8 @@ from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, R_MIDDLE
 from topics.codec import dumps
 from topics.names import Topic
 from topics.schema import GeometryPayload, parse_envelope
+from workers.interfaces import Inbound, StageContext
 from workers.stages.geometry import GeometryStage
-from workers.stages.kit import Inbound, StageContext
 
 
 def sgi(value: float) -> SGIResult:

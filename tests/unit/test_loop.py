@@ -12,11 +12,11 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from pipeline.policy import load_policy
 from tests.fixtures.fakes import FakeBatch, FakeProducer
 from topics.names import Topic
+from workers.interfaces import Emit, StageContext
 from workers.runtime.loop import CARRY_S, StageLoop, send_batched
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
-from workers.stages.kit import Emit, StageContext
 from workers.stages.terminal import TerminalStage
 
 

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.breaker import BreakerStatus
 from pipeline.policy import load_policy
+from workers.interfaces import Inbound, StageContext
+from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.metrics import StageMetrics, metrics_port
 from workers.runtime.settings import Settings, SettingsError
-from workers.stages.kit import Inbound, StageContext
-from workers.stages.ladder import STAGE_NAMES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 METRIC = re.compile(r"\b(groundstream_[a-z_]+)\b(?:\{([^}]*)\})?")

@@ -16,10 +16,10 @@ from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import SGI_DEGENERATE, Thresholds
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import STANDARD, VECTORS
+from workers.interfaces import StageContext
 from workers.runtime.embedded import run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 
 class EgressAttempted(AssertionError):

@@ -18,8 +18,8 @@ from tests.fakes.openai_server import FakeOpenAIServer, Verdict
 from topics.codec import loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, GeometryPayload
+from workers.interfaces import EndpointConfig, Inbound, StageContext
 from workers.stages.judge import JudgeStage
-from workers.stages.kit import EndpointConfig, Inbound, StageContext
 from workers.stages.switch import SwitchStage
 
 GUARDED = {"reader_accept_cut": 0.5, "reader_veto_cut": 0.2}

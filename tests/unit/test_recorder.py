@@ -8,7 +8,7 @@ from pipeline.policy import parse_policy
 from tests.unit.test_audit import trail
 from topics.codec import dumps, loads
 from topics.names import Topic
-from workers.stages.kit import Inbound, StageContext
+from workers.interfaces import Inbound, StageContext
 from workers.stages.recorder import RecorderStage
 
 T0 = 1_700_000_000.0

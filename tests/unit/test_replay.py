@@ -27,11 +27,11 @@ from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import MALFORMED, SAMPLES, STANDARD, VECTORS, cand
 from topics.codec import dumps
 from workers.clients.llm import CallKind, CallResult, SampleResult
+from workers.interfaces import StageContext
 from workers.runtime.embedded import run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.replay import encoder_id, replay_messages
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 T0 = 1_700_000_000.0
 SETTINGS = Settings()

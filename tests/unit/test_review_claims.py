@@ -4,18 +4,14 @@ never raise; the loser is told who decided and when (issue 9, item 6)."""
 from __future__ import annotations
 
 from pipeline.policy import load_policy
+from pipeline.stages.review import Claim, first_claim
 from topics.codec import loads
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
+from workers.interfaces import StageContext
 from workers.runtime.control import KILL_SWITCH_KEY
-from workers.runtime.settings import Settings
-from workers.stages.review import (
-    AlreadyDecided,
-    Claim,
-    first_claim,
-    read_claim,
-    review_emits,
-)
+from workers.runtime.review import AlreadyDecided, claim_key, encode_claim, read_claim
+from workers.stages.review import review_emits
 
 
 def claim(cid: str, by: str, parked: str = "p1", claim_id: str = "") -> Claim:
@@ -25,15 +21,15 @@ def claim(cid: str, by: str, parked: str = "p1", claim_id: str = "") -> Claim:
 class TestClaims:
     def test_round_trip(self):
         c = claim("c1", "alice")
-        assert read_claim(c.key, c.encode()) == c
+        assert read_claim(claim_key(c), encode_claim(c)) == c
 
     def test_other_messages_are_not_claims(self):
         c = claim("c1", "alice")
-        assert read_claim(KILL_SWITCH_KEY, c.encode()) is None
-        assert read_claim(c.key, None) is None
-        assert read_claim(c.key, b"{not json") is None
-        assert read_claim(c.key, b'{"claim_id": 1}') is None
-        assert read_claim(c.key, c.encode().replace(b'"alice"', b"7")) is None
+        assert read_claim(KILL_SWITCH_KEY, encode_claim(c)) is None
+        assert read_claim(claim_key(c), None) is None
+        assert read_claim(claim_key(c), b"{not json") is None
+        assert read_claim(claim_key(c), b'{"claim_id": 1}') is None
+        assert read_claim(claim_key(c), encode_claim(c).replace(b'"alice"', b"7")) is None
 
     def test_the_first_claim_on_the_parking_wins(self):
         claims = [
@@ -59,7 +55,9 @@ class TestRouting:
     def test_verdict_record_links_to_the_parking_and_carries_the_claim(self):
         c = candidate_from_dict({"id": "c1", "session_id": "s", "question": "q", "response": "r"})
         env = Envelope(c, route="default", mode="evaluate", last_hash="park-1")
-        emits = review_emits(load_policy(None), Settings(), env, claim("c1", "alice", "park-1"))
+        emits = review_emits(
+            StageContext(policy=load_policy(None)), env, claim("c1", "alice", "park-1")
+        )
         record = loads(emits[0].value)
         assert (record["stage"], record["prev_hash"]) == ("review", "park-1")
         assert record["evidence"] == {"reviewer": "alice", "note": ""}

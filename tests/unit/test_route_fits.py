@@ -21,8 +21,8 @@ from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, GeometryPayload, parse_envelope
 from workers.eval.calibration import calibrate, calibrate_route, write_fit
+from workers.interfaces import Inbound, StageContext
 from workers.stages.geometry import GeometryStage
-from workers.stages.kit import Inbound, StageContext
 from workers.stages.switch import SwitchStage
 
 LABELLED = Path(__file__).resolve().parents[1] / "fixtures" / "labelled.jsonl"

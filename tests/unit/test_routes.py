@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.review import HumanVerdict
+from pipeline.judge import JudgeVerdict
 from pipeline.routing import Mode
+from pipeline.stages.review import HumanVerdict
 from pipeline.switch import SwitchAction
 from topics.names import TERMINAL, Topic
+from workers.interfaces import EndpointConfig
+from workers.runtime.ladder import LADDER, judge, sampler
 from workers.runtime.settings import Settings
-from workers.stages.kit import EndpointConfig
-from workers.stages.ladder import LADDER, judge, sampler
-from workers.stages.routes import HOLD, ROUTES, SAFE_PATH, route, served
+from workers.stages.routes import HOLD, KILL_SWITCH, ROUTES, SAFE_PATH, route, served
 
 # The terminal writer concludes nothing itself: it has no verdicts and no row.
 STAGE_VERDICTS = {row.name: set(row.verdicts) for row in LADDER if row.verdicts} | {
@@ -49,7 +50,13 @@ class TestTable:
 
     def test_escalate_climbs_the_ladder_at_the_switch_and_ends_with_a_person_at_the_judge(self):
         assert route("switch", SwitchAction.ESCALATE) is Topic.CONSISTENCY
-        assert route("judge", SwitchAction.ESCALATE) is Topic.REVIEW
+        assert route("judge", JudgeVerdict.UNSURE) is Topic.REVIEW
+        assert route("judge", JudgeVerdict.YES) is Topic.RULES
+        with pytest.raises(KeyError):  # a judge does not accept: a yes goes on to rules
+            route("judge", SwitchAction.ACCEPT)
+
+    def test_the_kill_switch_row_turns_only_state_into_review(self):
+        assert dict(KILL_SWITCH) == {Topic.STATE: Topic.REVIEW}
 
     @pytest.mark.parametrize(
         ("action", "topic"),

@@ -15,10 +15,10 @@ from tests.fixtures.ladder_scenario import (
     VECTORS,
     cand,
 )
+from workers.interfaces import StageContext
 from workers.runtime.embedded import run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 
 async def outcomes(candidates: list[dict], routes: dict | None = None):

@@ -10,8 +10,8 @@ from topics.conclusion import read_conclusion
 from topics.names import Topic
 from topics.schema import Envelope, HumanPayload, candidate_from_dict, parse_envelope
 from topics.signing import signed, verify
+from workers.interfaces import Emit, Inbound, StageContext
 from workers.stages.geometry import GeometryStage
-from workers.stages.kit import Emit, Inbound, StageContext
 from workers.stages.rules import RulesStage
 from workers.stages.terminal import deliver
 

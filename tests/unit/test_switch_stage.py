@@ -9,7 +9,7 @@ from pipeline.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, GeometryPayload, parse_envelope
-from workers.stages.kit import Inbound, StageContext
+from workers.interfaces import Inbound, StageContext
 from workers.stages.switch import SwitchStage, geometry_result
 
 SGI = SGIResult(1.31, 0.9, 0.69, 0, 1)

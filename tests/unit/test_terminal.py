@@ -10,7 +10,7 @@ from pipeline.records import SUPERSEDED_STAGE, make_record
 from topics.codec import loads
 from topics.conclusion import BadConclusion, Conclusion, candidate_id_of, read_conclusion
 from topics.names import Topic
-from workers.stages.kit import Emit, Inbound, StageContext
+from workers.interfaces import Emit, Inbound, StageContext
 from workers.stages.terminal import TerminalStage, deliver
 
 

@@ -7,18 +7,23 @@ from __future__ import annotations
 import time
 
 from pipeline.policy import load_policy
+from pipeline.stages.verdict import Verdict
 from tests.fixtures.fakes import FakeProducer
 from topics.codec import loads
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict
+from workers.interfaces import Emit, StageContext
 from workers.runtime.loop import StageLoop
 from workers.runtime.metrics import StageMetrics
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import StageTelemetry
 from workers.stages.common import EnvelopeStage
-from workers.stages.kit import Emit, StageContext, conclude
+from workers.stages.kit import conclude
 
 SLOW_S = 0.3
+
+
+ACCEPT = Verdict("pass", "accept", "ok")
 
 
 class BlockingFirst(EnvelopeStage):
@@ -35,9 +40,7 @@ class BlockingFirst(EnvelopeStage):
         started = time.perf_counter()
         if env.candidate.id == "slow":
             time.sleep(SLOW_S)
-        emits = conclude(
-            ctx, env, stage=self.name, action="accept", reason="ok", verdict="pass", started=started
-        )
+        emits = conclude(ctx, self.name, env, ACCEPT, started)
         self.emits += emits
         return emits
 
@@ -100,14 +103,6 @@ def test_outside_a_batch_a_decision_is_timed_from_its_own_start() -> None:
     ctx = StageContext(policy=load_policy(None))
     c = candidate_from_dict({"id": "c", "session_id": "s", "question": "q?", "response": "a."})
     env = Envelope(c, route="default", mode="evaluate")
-    emits = conclude(
-        ctx,
-        env,
-        stage="rules",
-        action="accept",
-        reason="ok",
-        verdict="pass",
-        started=time.perf_counter(),
-    )
+    emits = conclude(ctx, "rules", env, ACCEPT, time.perf_counter())
     record = loads(emits[0].value)
     assert record["timings"]["rules"] < 100

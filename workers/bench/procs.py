@@ -168,7 +168,7 @@ class Bench:
                 env=full, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.procs.append((tag or stage, proc))
-        from workers.stages.ladder import STAGE_NAMES
+        from workers.runtime.ladder import STAGE_NAMES
 
         stages = STAGE_NAMES if stage == "all" else (stage,)
         # One stage: ready once its file names this very process (another process of the

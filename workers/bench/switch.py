@@ -40,11 +40,11 @@ class Options:
 
 def scored_envelopes(n: int) -> list[tuple[bytes, bytes]]:
     """`n` (key, value) scored envelopes, as the geometry stage writes them."""
+    from workers.interfaces import Emit
     from workers.runtime.embedded import EmbeddedBus
     from workers.runtime.settings import Settings
     from workers.runtime.verify import make_context
     from workers.stages.geometry import GeometryStage
-    from workers.stages.kit import Emit
 
     settings = Settings.from_env({})
     ctx = make_context(settings, settings.load_policy())

@@ -41,7 +41,7 @@ from pipeline.records import OUTCOME_STAGE, content_hash
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, candidate_from_dict, parse_envelope
-from workers.runtime.ranges import partitions
+from workers.clients.partitions import partitions
 
 T = TypeVar("T")
 DEADLETTER = "deadletter"

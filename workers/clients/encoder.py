@@ -6,7 +6,7 @@ import threading
 
 from pipeline.encoder import load_encoder
 from pipeline.scores import Encoder
-from workers.stages.kit import StageContext
+from workers.interfaces import StageContext
 
 _LOADING = threading.Lock()
 

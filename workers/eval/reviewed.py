@@ -44,8 +44,9 @@ from workers.eval.calibration import (
     grounding_cut_table,
     write_fit,
 )
+from workers.runtime.review import read_all
 from workers.runtime.settings import Settings
-from workers.stages.review import REVIEW_STAGE, read_all
+from workers.stages.review import REVIEW_STAGE
 
 MIN_LABELS_FOR_CUTS = 6
 """Fewer verdicts than this (or only one kind) refit nothing: two cuts need both kinds."""

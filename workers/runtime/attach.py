@@ -40,9 +40,10 @@ from pipeline.replay import message_ids
 from topics.codec import dumps
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, candidate_from_dict
+from workers.interfaces import Emit, Inbound
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
-from workers.stages.kit import Emit, Inbound, deadletter
+from workers.stages.kit import deadletter
 
 STAGE = "attach"
 

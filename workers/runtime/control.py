@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from topics.codec import dumps, loads
-from workers.stages.kit import ControlState
+from workers.interfaces import ControlState
 
 log = logging.getLogger("groundstream.control")
 KILL_SWITCH_KEY = b"kill_switch"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import TERMINAL, Topic
+from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.isolation import process_isolated
-from workers.stages.kit import Emit, Inbound, Stage, StageContext
 from workers.stages.terminal import deliver
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from topics.names import MAX_MESSAGE_BYTES
-from workers.stages.kit import Emit, Inbound, Stage, StageContext, deadletter
+from workers.interfaces import Emit, Inbound, Stage, StageContext
+from workers.stages.kit import deadletter
 
 log = logging.getLogger("groundstream.worker")
 

@@ -15,11 +15,11 @@ from pipeline.errors import GroundstreamError
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, parse_candidate
+from workers.interfaces import ControlState
 from workers.runtime.control import read_control
 from workers.runtime.outcomes import Trails
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import configure, send_span
-from workers.stages.kit import ControlState
 
 CONTROL_READ_TIMEOUT_S = 10.0
 

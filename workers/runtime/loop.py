@@ -54,13 +54,13 @@ from aiokafka import (
 from pipeline.errors import GroundstreamError
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
+from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.control import ControlListener, stopping
 from workers.runtime.isolation import process_isolated
 from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
-from workers.stages.kit import Emit, Inbound, Stage, StageContext
 
 log = logging.getLogger("groundstream.worker")
 

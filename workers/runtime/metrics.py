@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from workers.interfaces import Inbound, StageContext
+from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import PREFIX, Settings, SettingsError
-from workers.stages.kit import Inbound, StageContext
-from workers.stages.ladder import STAGE_NAMES
 
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0)
 """Covers P(grounded) and judge p_yes (0–1), DGI (≤ 1) and SGI (up to ~5, strong cut ~4)."""

@@ -48,12 +48,12 @@ from pipeline.replay import (
 from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.clients.recorded import Answers, RecordedPool
+from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.embedded import EmbeddedBus
+from workers.runtime.ladder import build_ladder
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
 from workers.runtime.verify import make_context
-from workers.stages.kit import Emit, Inbound, Stage, StageContext
-from workers.stages.ladder import build_ladder
 
 RECORDED_ENDPOINTS = {"judge": "judge", "consistency": "sampler"}
 """Stages that call an endpoint, and the endpoint's kind in their records' `breaker`."""

@@ -17,14 +17,14 @@ from aiokafka.errors import KafkaError
 
 from pipeline.errors import GroundstreamError
 from topics.admin import missing_topics
+from workers.interfaces import StageContext
+from workers.runtime.ladder import STAGE_NAMES, row
 from workers.runtime.loop import BrokerUnavailable, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry, configure
-from workers.stages.kit import StageContext
-from workers.stages.ladder import STAGE_NAMES, row
 
 log = logging.getLogger("groundstream.runner")
 

@@ -30,7 +30,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from pipeline.records import OUTCOME_STAGE
 from topics.codec import loads
 from topics.names import Topic
-from workers.stages.kit import Emit, Inbound
+from workers.interfaces import Emit, Inbound
 
 if TYPE_CHECKING:  # the produce tool uses this module without the stages' imports
     from workers.runtime.metrics import StageMetrics

@@ -11,10 +11,10 @@ from typing import IO
 
 from pipeline.policy import Policy
 from topics.codec import dumps
+from workers.interfaces import StageContext
 from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
-from workers.stages.kit import StageContext
-from workers.stages.ladder import build_ladder
 
 
 def read_lines(path: Path) -> list[bytes]:

@@ -7,16 +7,16 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
-from pipeline.provenance import Chunk, ContextEvidence, Source, assess_context
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig, expired
+from pipeline.stages.inputs import evidence_context
+from pipeline.stages.verdict import DEADLINE
 from topics.names import Topic
-from topics.schema import Candidate, Envelope, MalformedMessage, parse_envelope
+from topics.schema import Envelope, MalformedMessage, parse_envelope
 from topics.signing import verify
-from workers.stages.kit import Emit, Inbound, StageContext, conclude, deadletter
-from workers.stages.routes import HOLD
+from workers.interfaces import Emit, Inbound, StageContext
+from workers.stages.kit import conclude, deadletter
 
 
 def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | None:
@@ -47,29 +47,10 @@ def open_envelopes(
             emits += deadletter(item, exc.reason, stage, now, stage_key=ctx.stage_key)
             continue
         if env.human is None and expired(env.deadline, now):
-            emits += expire(stage, env, ctx)
+            emits += conclude(ctx, stage, env, DEADLINE, time.perf_counter())
             continue
         usable.append(env)
     return usable, emits
-
-
-def evidence_context(
-    candidate: Candidate, route: RouteConfig
-) -> tuple[tuple[str, ...] | None, ContextEvidence | None]:
-    """The context chunks that count as evidence on `route` (None when none do), and the
-    assessment for the record (None without a context). Every stage that reads the
-    context (geometry, consistency's sampler, judge, rules) reads only these, so a chunk
-    the candidate supplied about itself grounds nothing anywhere on the ladder."""
-    chunks = candidate.context_chunks
-    if chunks is None:
-        return None, None
-    assessed = assess_context(
-        [Chunk(t, Source(s)) for t, s in zip(chunks, candidate.chunk_sources, strict=True)],
-        candidate.response,
-        route.grounding_sources,
-    )
-    counted = tuple(chunks[i] for i in assessed.counted)
-    return counted or None, assessed
 
 
 def evidence_only(env: Envelope, route: RouteConfig) -> Envelope:
@@ -79,28 +60,6 @@ def evidence_only(env: Envelope, route: RouteConfig) -> Envelope:
     if assessed is None or not assessed.excluded:
         return env
     return replace(env, candidate=replace(env.candidate, context=chunks, context_sources=None))
-
-
-def hold_for_review(
-    stage: str, env: Envelope, ctx: StageContext, *, reason: str, gate: str, **record: Any
-) -> list[Emit]:
-    """Fail closed: a gate stopped automatic handling, so a person decides."""
-    record.setdefault("started", time.perf_counter())
-    return conclude(
-        ctx,
-        env,
-        stage=stage,
-        action="escalate",
-        verdict=HOLD,
-        reason=reason,
-        gate=gate,
-        **record,
-    )
-
-
-def expire(stage: str, env: Envelope, ctx: StageContext) -> list[Emit]:
-    """An expired deadline is never accepted."""
-    return hold_for_review(stage, env, ctx, reason="deadline", gate="deadline")
 
 
 class EnvelopeStage(abc.ABC):

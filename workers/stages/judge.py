@@ -1,30 +1,27 @@
 """Judge stage: judge → rules (yes) | escalations.<on_reject> (no) | escalations.review.
 
-Reads the verdict from the first token's logprobs. Anything but a clear yes or no —
-no endpoint configured, timeout, 5xx, open breaker, malformed reply, missing logprobs —
-goes to a person. Calls for a batch run concurrently, each inside its candidate's
-deadline, so a slow endpoint never stalls the consumer past the judge timeout."""
+Reads the verdict from the first token's logprobs (`pipeline.stages.judge` decides).
+Anything but a clear yes or no — no endpoint configured, timeout, 5xx, open breaker,
+malformed reply, missing logprobs — goes to a person. Calls for a batch run concurrently,
+each inside its candidate's deadline, so a slow endpoint never stalls the consumer past
+the judge timeout."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from pipeline.deferral import reader_score, veto_judge_yes
-from pipeline.judge import JudgeVerdict, decide_judge, verdict_for_failure
 from pipeline.routing import expired
-from pipeline.switch import SwitchAction
+from pipeline.stages import judge
+from pipeline.stages.inputs import evidence_context
+from pipeline.stages.verdict import DEADLINE
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool, time_left
 from workers.clients.llm import failure_kind
-from workers.stages.common import (
-    EnvelopeStage,
-    evidence_context,
-    expire,
-    geometry_result,
-    hold_for_review,
-)
-from workers.stages.kit import Emit, EndpointConfig, StageContext, conclude
+from workers.interfaces import Emit, EndpointConfig, StageContext
+from workers.stages.common import EnvelopeStage, geometry_result
+from workers.stages.kit import conclude
 
 
 class JudgeStage(EnvelopeStage):
@@ -40,14 +37,7 @@ class JudgeStage(EnvelopeStage):
         route = ctx.route_for(env.route)
         c = env.candidate
         if not self.pool.configured:
-            return hold_for_review(
-                self.name,
-                env,
-                ctx,
-                started=started,
-                gate="judge_unavailable",
-                reason="judge unavailable: no judge endpoint configured",
-            )
+            return conclude(ctx, self.name, env, judge.UNAVAILABLE, started)
         endpoint = self.pool.for_route(route)
         timeout = time_left(
             env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds)
@@ -60,40 +50,21 @@ class JudgeStage(EnvelopeStage):
             timeout=timeout,
         )
         if expired(env.deadline, ctx.clock()):
-            return expire(self.name, env, ctx)
+            return conclude(ctx, self.name, env, DEADLINE, started)
         evidence: dict = {"calls": [call.to_dict() for call in calls], "model": self.pool.model}
-        if readout is None:
-            verdict, reason = verdict_for_failure(failure_kind(calls[-1]))
-            score = None
-        else:
-            decision = decide_judge(readout, ctx.policy.judge)
-            verdict, reason, score = decision.verdict, decision.reason, decision.score
+        if readout is not None:
             evidence["readout"] = readout.to_dict()
-        # Routed in the switch's vocabulary: a clear no is served as the route's on_reject.
-        action = {JudgeVerdict.YES: SwitchAction.ACCEPT, JudgeVerdict.NO: route.on_reject}.get(
-            verdict, SwitchAction.ESCALATE
+        verdict = judge.decide(
+            readout,
+            failure_kind(calls[-1]) if readout is None else "",
+            route,
+            ctx.policy.judge,
+            geometry_result(env),
+            ctx.policy.grounding_for(route.name),
         )
-        gate = None if verdict is not JudgeVerdict.UNSURE else "judge_unsure"
-        if verdict is JudgeVerdict.YES:
-            vetoed = veto_judge_yes(
-                reader_score(geometry_result(env), ctx.policy.grounding_for(route.name)), route
-            )
-            if vetoed is not None:
-                action, reason, gate = SwitchAction.ESCALATE, vetoed, "reader_veto"
+        breaker = {"judge": endpoint.breaker_state.status.value}
         return conclude(
-            ctx,
-            env,
-            stage=self.name,
-            action=action.value,
-            reason=reason,
-            verdict=action,
-            started=started,
-            score=score,
-            method="judge",
-            level=verdict.value,
-            evidence=evidence,
-            breaker={"judge": endpoint.breaker_state.status.value},
-            gate=gate,
+            ctx, self.name, env, replace(verdict, evidence=evidence, breaker=breaker), started
         )
 
     async def close(self) -> None:

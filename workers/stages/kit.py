@@ -1,128 +1,31 @@
-"""What every stage adapter shares: the emit value, the context, and `conclude`.
+"""What every stage adapter shares: `conclude`, dead letters, and the record emit.
 
-A stage adapter does its I/O (encoder, HTTP), calls a pure decision from `pipeline/`,
-and hands the verdict to `conclude`, which writes the decision record, looks the next
-topic up in the routing table (`routes`), applies the route's mode (shadow and off serve
-the safe path), and addresses the envelope there, adding the final `outcome` record when
-that topic is terminal. The Kafka workers and the embedded runner both execute these
-emits, so both modes decide identically.
+A stage adapter decodes its messages, does its I/O (encoder, HTTP), calls its rung's pure
+decision in `pipeline.stages`, and hands the `Verdict` to `conclude`, which writes the
+decision record, looks the next topic up in the routing table (`routes`), applies the
+route's mode (shadow and off serve the safe path) and the kill switch's row, and
+addresses the envelope there, adding the final `outcome` record when that topic is
+terminal. The Kafka workers and the embedded runner both execute these emits, so both
+modes decide identically.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
-from pipeline.admission import WorkCaps
-from pipeline.policy import Policy
 from pipeline.records import OUTCOME_STAGE, content_hash, make_record
-from pipeline.routing import Mode, RouteConfig
+from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.routing import Mode
+from pipeline.stages.verdict import HumanDecision, Verdict
 from topics.codec import dumps
 from topics.conclusion import Conclusion, candidate_id_of
 from topics.names import TERMINAL, Topic
-from topics.schema import Candidate, Envelope
+from topics.schema import Candidate, Envelope, GeometryPayload, HumanPayload
 from topics.signing import signed
-from workers.stages.routes import route, served
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """One message to send: logical topic, key, encoded value, headers."""
-
-    topic: Topic
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One message as a stage receives it, before decoding."""
-
-    key: bytes | None
-    value: bytes | None
-    topic: str = ""
-    partition: int = -1
-    offset: int = -1
-    headers: tuple[tuple[str, bytes], ...] = ()
-    timestamp: float | None = None
-    """The broker's timestamp of the message, in seconds (None in the embedded runner): on
-    `candidates`, when the candidate entered the ladder, the same on every redelivery."""
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointConfig:
-    """One OpenAI-compatible endpoint a stage calls: all it needs from the settings, so a
-    stage can be built (and tested) without the whole `Settings`."""
-
-    url: str = ""
-    model: str = ""
-    timeout: float = 10.0
-    api_key: str = field(default="", repr=False)
-
-
-@dataclass
-class ControlState:
-    """Operator controls as this worker last saw them on the control topic.
-
-    The kill switch has three states: on, off, and unknown (`known` false: the topic has
-    not been read to its end, or cannot be read). While unknown, `kill_switch` is held ON
-    so that anything deciding regardless fails closed, but the Kafka loop decides nothing
-    then: it holds the batch uncommitted until the state is known (`workers.runtime.loop`).
-    """
-
-    kill_switch: bool = False
-    kill_switch_by: str = ""
-    kill_switch_at: float = 0.0
-    known: bool = True
-    unknown_spells: int = 0
-    """How many times the state has turned unknown: a batch decided across a change of it
-    was decided partly blind, and is redone."""
-
-    @property
-    def state(self) -> str:
-        """`on`, `off` or `unknown`."""
-        if not self.known:
-            return "unknown"
-        return "on" if self.kill_switch else "off"
-
-
-@dataclass
-class StageContext:
-    """Everything a stage may use; built once per worker (or per embedded run)."""
-
-    policy: Policy
-    default_route: str = "default"
-    clock: Callable[[], float] = time.time
-    control: ControlState = field(default_factory=ControlState)
-    sessions: MutableMapping[str, Any] = field(default_factory=dict)
-    services: dict[str, Any] = field(default_factory=dict)
-    max_candidate_bytes: int = 1024 * 1024
-    caps: WorkCaps = field(default_factory=WorkCaps)
-    """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.admission`)."""
-    stage_key: bytes | None = None
-    """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
-    encoder_backend: str = "torch"
-    """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
-    received: float | None = None
-    """`time.perf_counter()` when the stage received the batch in hand (set around each
-    batch by `isolation.process_isolated`): a decision's timing counts from there."""
-
-    def route_for(self, name: str | None) -> RouteConfig:
-        return self.policy.route(name or self.default_route)
-
-
-class Stage(Protocol):
-    """A stream processor: its name, its source topic, and how it handles a batch."""
-
-    name: str
-    source: Topic
-
-    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]: ...
-
-    async def close(self) -> None: ...
+from workers.interfaces import Emit, Inbound, StageContext
+from workers.stages.routes import KILL_SWITCH, route, served
 
 
 def key_of(candidate: Candidate) -> bytes:
@@ -134,34 +37,21 @@ def record_emit(record: dict[str, Any], key: bytes) -> Emit:
 
 
 def conclude(
-    ctx: StageContext,
-    env: Envelope,
-    *,
-    stage: str,
-    action: str,
-    reason: str,
-    verdict: str,
-    started: float,
-    score: float | None = None,
-    method: str | None = None,
-    level: str | None = None,
-    evidence: dict[str, Any] | None = None,
-    gate: str | None = None,
-    breaker: dict[str, str] | None = None,
-    thresholds: dict[str, float] | None = None,
-    update: Callable[[Envelope], Envelope] | None = None,
+    ctx: StageContext, stage: str, env: Envelope, verdict: Verdict, started: float
 ) -> list[Emit]:
-    """Record `stage`'s `action` and send the envelope where `verdict` routes it; see the
-    module docstring."""
+    """Record `stage`'s `verdict` on `env` and send the envelope where it routes; see the
+    module docstring. `started`: `time.perf_counter()` when the stage took the candidate
+    up (a decision's timing counts from there, or from its batch's receipt if earlier)."""
     now = ctx.clock()
     mode = Mode(env.mode)
-    decided = route(stage, verdict)
+    action, reason, gate = verdict.action, verdict.reason, verdict.gate
+    decided = route(stage, verdict.routing)
     target = served(mode, decided)
     served_action = action if target is decided else "fallback"
-    if ctx.control.kill_switch and target is Topic.STATE and env.human is None:
+    if ctx.control.kill_switch and env.human is None and target in KILL_SWITCH:
         # A person's verdict is the authority the kill switch defers to: it stands.
         # Defence in depth: the rules stage already holds state writes under the kill switch.
-        target, served_action, gate = Topic.REVIEW, "escalate", gate or "kill_switch"
+        target, served_action, gate = KILL_SWITCH[target], "escalate", gate or "kill_switch"
     # From the batch's receipt, not the candidate's own start: time spent behind the
     # others of its batch is the stage's time too (issue 23: a record said 5 ms).
     since = started if ctx.received is None else min(started, ctx.received)
@@ -188,23 +78,22 @@ def conclude(
         reason=reason,
         decided_at=now,
         prev_hash=env.last_hash,
-        score=score,
-        method=method,
-        level=level,
+        score=verdict.score,
+        method=verdict.method,
+        level=verdict.level,
         decided_action=action,
         served_action=served_action,
         gate=gate,
-        breaker=breaker,
+        breaker=_plain(verdict.breaker),
         timings=timings,
-        thresholds=thresholds,
-        evidence=evidence,
+        thresholds=_plain(verdict.thresholds),
+        evidence=_plain(verdict.evidence),
     )
     key = key_of(env.candidate)
     env = env.after(
         stage, {"action": action, "reason": reason, "served": served_action}, record["hash"], ms
     )
-    if update is not None:
-        env = update(env)
+    env = _carry(env, verdict.scored, verdict.human)
     emits = [record_emit(record, key)]
     if target not in TERMINAL:
         value = env.encode()
@@ -239,6 +128,23 @@ def conclude(
     )
     emits.append(conclusion_emit(ending, ctx.stage_key))
     return emits
+
+
+def _plain(mapping: Any) -> Any:
+    return None if mapping is None else dict(mapping)
+
+
+def _carry(
+    env: Envelope,
+    scored: SGIResult | DGIResult | GroundingScore | None,
+    human: HumanDecision | None,
+) -> Envelope:
+    """The envelope with what the verdict hands on: geometry's score, a person's verdict."""
+    if scored is not None:
+        env = replace(env, geometry=GeometryPayload(scored))
+    if human is not None:
+        env = replace(env, human=HumanPayload(human.verdict, human.by, human.note, human.at))
+    return env
 
 
 def conclusion_emit(conclusion: Conclusion, stage_key: bytes | None) -> Emit:

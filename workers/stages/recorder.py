@@ -26,7 +26,7 @@ from pipeline.audit import Head, chain_entry, head_of
 from pipeline.disclosure import public_record
 from topics.codec import dumps, loads
 from topics.names import Topic
-from workers.stages.kit import Emit, Inbound, StageContext
+from workers.interfaces import Emit, Inbound, StageContext
 
 
 def chain_name(key: bytes | None) -> str:

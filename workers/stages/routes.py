@@ -3,16 +3,17 @@ mode handling that decides where that destination is actually served.
 
 It lives here, beside the stage adapters, because it joins two vocabularies that must
 not know each other: `pipeline/` (the verdicts: `SwitchAction`, `RulesAction`,
-`HumanVerdict`) never imports `topics/`, and `topics/` (the wire format a producer or
-consumer needs) has no business with the ladder's decisions. The adapters and
+`JudgeVerdict`, `HumanVerdict`) never imports `topics/`, and `topics/` (the wire format a
+producer or consumer needs) has no business with the ladder's decisions. The adapters and
 `kit.conclude` are its only readers, so one table serves the Kafka workers and the
 embedded runner alike.
 
-A verdict is the key a stage routes on, not always the action it records: the judge
-speaks the switch's vocabulary (yes = accept, a clear no = the route's `on_reject`,
-unsure = escalate), consistency says whether the response `pass`es or the judge must
-decide, and every gate (deadline, kill switch, latched turn, unavailable verifier) is a
-`hold` that a person decides.
+A verdict's `routing` (`pipeline.stages.verdict.Verdict`) is the key a stage routes on,
+not always the action it records: the judge routes on yes / unsure / the route's
+`on_reject` and records yes as `accept`, consistency says whether the response `pass`es
+or the judge must decide, and every gate (deadline, kill switch, latched turn,
+unavailable verifier, the claim reader's veto) is a `hold` that a person decides. The
+kill switch's own row (`KILL_SWITCH`) turns an automatic outcome for state into review.
 """
 
 from __future__ import annotations
@@ -20,27 +21,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pipeline.review import HumanVerdict
+from pipeline.judge import JudgeVerdict
 from pipeline.routing import Mode
 from pipeline.rules import RulesAction
+from pipeline.stages.review import HumanVerdict
+from pipeline.stages.verdict import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from pipeline.switch import SwitchAction
 from topics.names import TERMINAL, Topic
 
-HOLD = "hold"
-"""A gate stopped automatic handling: a person decides (escalations.review)."""
-
-SCORED = "scored"
-"""Geometry scored the candidate; the switch decides."""
-SKIP = "skip"
-"""Geometry under mode `off`: no verification, straight to the safe path."""
-
-ASK_JUDGE = "ask_judge"
-"""Switch: geometry was not conclusive and a judge is configured (`pipeline.deferral`)."""
-
-PASS = "pass"
-"""Consistency: a committed meaning the response agrees with; on to rules."""
-DEFER = "defer"
-"""Consistency: anything else (competing meanings, unresolved, budget, no sampler)."""
+__all__ = [
+    "ASK_JUDGE",
+    "DEFER",
+    "HOLD",
+    "KILL_SWITCH",
+    "PASS",
+    "ROUTES",
+    "SAFE_PATH",
+    "SCORED",
+    "SKIP",
+    "route",
+    "served",
+]
 
 _SWITCH = {
     SwitchAction.ACCEPT: Topic.RULES,
@@ -60,8 +61,19 @@ ROUTES: Mapping[str, Mapping[str, Topic]] = MappingProxyType(
         "consistency": MappingProxyType(
             {PASS: Topic.RULES, DEFER: Topic.JUDGE, HOLD: Topic.REVIEW}
         ),
-        # Past the switch there is no rung left to escalate to: escalate means a person.
-        "judge": MappingProxyType({**_SWITCH, SwitchAction.ESCALATE: Topic.REVIEW}),
+        # A clear no is served as the route's on_reject; past the switch there is no rung
+        # left to escalate to, so an on_reject of escalate, and unsure, mean a person.
+        "judge": MappingProxyType(
+            {
+                JudgeVerdict.YES: Topic.RULES,
+                JudgeVerdict.UNSURE: Topic.REVIEW,
+                SwitchAction.FALLBACK: Topic.FALLBACK,
+                SwitchAction.REGENERATE: Topic.REGENERATE,
+                SwitchAction.REJECT: Topic.REJECT,
+                SwitchAction.ESCALATE: Topic.REVIEW,
+                HOLD: Topic.REVIEW,
+            }
+        ),
         "rules": MappingProxyType(
             {
                 RulesAction.PASS: Topic.STATE,
@@ -76,6 +88,10 @@ ROUTES: Mapping[str, Mapping[str, Topic]] = MappingProxyType(
         ),
     }
 )
+
+KILL_SWITCH: Mapping[Topic, Topic] = MappingProxyType({Topic.STATE: Topic.REVIEW})
+"""While the kill switch is on, where an automatic outcome decided for a topic is served
+instead (a person's verdict stands): nothing reaches state without a person."""
 
 SAFE_PATH = Topic.FALLBACK
 """Where `off` and `shadow` serve every terminal outcome: the caller's own fallback."""

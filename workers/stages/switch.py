@@ -1,28 +1,23 @@
 """Switch stage: scored → rules (accept) | consistency (escalate) | escalations.<on_reject>,
-or judge where geometry is not conclusive and a judge is configured (`pipeline.deferral`).
-
-Also the session gate: a step of a latched turn is held for review (`turn_latched`)."""
+or judge where geometry is not conclusive and a judge is configured; a step of a latched
+turn goes to review. The rule is `pipeline.stages.switch`; this adapter keeps the session
+table (changelogged in the batch's transaction) and the route's switch, built once."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 
-from pipeline.deferral import defer_to_judge, reader_score
 from pipeline.policy import Policy
 from pipeline.routing import RouteConfig
-from pipeline.sessions import SessionState, enter, leave, observe_outcome
-from pipeline.switch import GroundingSwitch, SwitchAction
+from pipeline.sessions import SessionState, observe_outcome
+from pipeline.stages import switch
+from pipeline.switch import GroundingSwitch
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.stages.common import (
-    EnvelopeStage,
-    geometry_result,
-    hold_for_review,
-    open_envelopes,
-)
-from workers.stages.kit import Emit, EndpointConfig, Inbound, StageContext, conclude, key_of
-from workers.stages.routes import ASK_JUDGE
+from workers.interfaces import Emit, EndpointConfig, Inbound, StageContext
+from workers.stages.common import EnvelopeStage, geometry_result, open_envelopes
+from workers.stages.kit import conclude, key_of
 
 
 class SwitchStage(EnvelopeStage):
@@ -62,76 +57,33 @@ class SwitchStage(EnvelopeStage):
     def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
-        c = env.candidate
-        key = key_of(c)
+        key = key_of(env.candidate)
         before = SessionState.from_dict(ctx.sessions.get(key))
-        held, session = enter(before, c.initiator, c.turn, route)
-        if held:
-            _save(ctx, key, before, session)
-            return hold_for_review(
-                self.name,
-                env,
-                ctx,
-                started=started,
-                gate="turn_latched",
-                reason="turn_latched: an earlier step of this turn escalated",
-            )
-        result = geometry_result(env)
-        if result is None:
-            _save(ctx, key, before, leave(session, True, c.turn))
-            return conclude(
-                ctx,
-                env,
-                stage=self.name,
-                action="escalate",
-                started=started,
-                verdict=SwitchAction.ESCALATE,
-                reason="no usable geometry on the envelope",
-            )
-        switch, thresholds = self._switch(ctx, route)
-        decision = switch.decide(result)
-        # The reader's reading matters only where a judge may be asked: no lookup otherwise.
-        reader = (
-            reader_score(result, ctx.policy.grounding_for(route.name))
-            if self.judge_available
-            else None
+        rule, cuts = self._switch(ctx, route)
+        verdict, after = switch.decide(
+            env.candidate,
+            route,
+            before,
+            geometry_result(env),
+            rule,
+            cuts,
+            ctx.policy.grounding_for(route.name),
+            self.judge_available,
         )
-        deferred = defer_to_judge(decision, route, self.judge_available, reader)
-        escalated = deferred is not None or decision.action is not SwitchAction.ACCEPT
-        _save(ctx, key, before, leave(session, escalated, c.turn))
-        return conclude(
-            ctx,
-            env,
-            stage=self.name,
-            action=decision.action.value if deferred is None else SwitchAction.ESCALATE.value,
-            reason=decision.reason if deferred is None else deferred,
-            verdict=decision.action if deferred is None else ASK_JUDGE,
-            started=started,
-            score=decision.score,
-            method=decision.method,
-            level=decision.level,
-            evidence={"check": decision.check.render()},
-            thresholds=thresholds,
-        )
+        # Only a changed session is written: each write is a changelog message in the
+        # batch's transaction, and an unchanged one restores to the same table.
+        if after != before:
+            ctx.sessions[key] = after.to_dict()
+        return conclude(ctx, self.name, env, verdict, started)
 
     def observe(self, record: dict, ctx: StageContext) -> None:
         """A final outcome from further up the ladder: an escalation latches its turn too."""
-        # Shadow serves every outcome as fallback: what counts is what was decided.
-        if record.get("stage") != "outcome" or record.get("decided_action") in ("accept", "skip"):
+        latched = switch.escalated_turn(record)
+        if latched is None:
             return
-        session = str(record.get("session_id", ""))
-        turn = record.get("turn")
-        if not session or not isinstance(turn, int) or record.get("topic") == "deadletter":
-            return
+        session, turn = latched
         key = session.encode("utf-8")
         state = SessionState.from_dict(ctx.sessions.get(key))
-        updated = observe_outcome(state, turn, escalated=True)  # filtered above
+        updated = observe_outcome(state, turn, escalated=True)
         if updated != state:
             ctx.sessions[key] = updated.to_dict()
-
-
-def _save(ctx: StageContext, key: bytes, before: SessionState, after: SessionState) -> None:
-    """Write the session only when it changed: each write is a changelog message in the
-    batch's transaction, and an unchanged one restores to the same table."""
-    if after != before:
-        ctx.sessions[key] = after.to_dict()

@@ -2,12 +2,12 @@
 
 Every stage that concludes a candidate — on `state`, an `escalations.*` topic or
 `deadletter` — sends the terminal message to `concluded` instead (topics/conclusion.py),
-keyed by candidate id. This stage reads `concluded` and, per message, asks the outcome
-ledger (`pipeline.ledger.admit`): the first conclusion of an id is delivered — the
-terminal message, its `outcome` record on `decisions`, and the ledger entry — and any
-later one (a stage that ran a candidate twice, a replica that was fenced too late) is
-recorded on `decisions` as a `superseded` attempt and delivered nowhere. A person's
-verdict on a candidate parked in review is the one later outcome the ledger lets through.
+keyed by candidate id. This stage reads `concluded` and, per message, applies the rule of
+`pipeline.stages.terminal`: the first conclusion of an id is delivered — the terminal
+message, its `outcome` record on `decisions`, and the ledger entry — and any later one (a
+stage that ran a candidate twice, a replica that was fenced too late) is recorded on
+`decisions` as a `superseded` attempt and delivered nowhere. A person's verdict on a
+candidate parked in review is the one later outcome the ledger lets through.
 
 Why one writer: the ladder's stages are at-least-once with respect to each other in the
 worst case (replicas, fenced zombies), and two stages could conclude one id at once. All
@@ -27,55 +27,27 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
-from pipeline.ledger import Admission, Attempt, admit, ledger_entry
-from pipeline.records import SUPERSEDED_STAGE, make_record
+from pipeline.ledger import Attempt
+from pipeline.stages import terminal
 from topics.conclusion import BadConclusion, Conclusion, read_conclusion
 from topics.names import Topic
-from workers.stages.kit import Emit, Inbound, StageContext, deadletter, record_emit
+from workers.interfaces import Emit, Inbound, StageContext
+from workers.stages.kit import deadletter, record_emit
 
 
 def deliver(ledger: MutableMapping[bytes, Any], conclusion: Conclusion, now: float) -> list[Emit]:
-    """The emits for one conclusion: delivered, or recorded as superseded."""
+    """The emits for one conclusion: delivered (and the ledger updated), or recorded as
+    superseded (`pipeline.stages.terminal`)."""
     attempt = Attempt(conclusion.candidate_id, conclusion.topic, conclusion.human)
     lkey = conclusion.candidate_id.encode("utf-8")
-    entry = ledger.get(lkey)
-    outcome = conclusion.outcome
-    if admit(entry, attempt) is Admission.DELIVER:
-        ledger[lkey] = ledger_entry(
-            attempt,
-            outcome_hash=str(outcome.get("hash", "")),
-            decided_at=str(outcome.get("decided_at", "")),
-            outcome=outcome,  # for the agent client (workers.clients.agent)
-        )
-        return [
-            record_emit(outcome, conclusion.key or b""),
-            Emit(Topic(conclusion.topic), conclusion.key, conclusion.value, conclusion.headers),
-        ]
-    assert entry is not None
-    record = make_record(
-        candidate_id=conclusion.candidate_id,
-        session_id=str(outcome.get("session_id", "")),
-        turn=outcome.get("turn", 0) if isinstance(outcome.get("turn"), int) else 0,
-        stage=SUPERSEDED_STAGE,
-        action=str(outcome.get("action", "")),
-        write_to_state=False,
-        reason=(
-            f"superseded: the candidate already ended in {entry.get('topic')} "
-            f"at {entry.get('decided_at')}"
-        ),
-        policy_version=str(outcome.get("policy_version", "")),
-        decided_at=now,
-        mode=str(outcome.get("mode", "")),
-        route=str(outcome.get("route", "")),
-        prev_hash=str(outcome.get("hash", "")),
-        evidence={
-            "attempted_topic": conclusion.topic,
-            "first_topic": entry.get("topic"),
-            "first_outcome_hash": entry.get("outcome_hash"),
-            "attempted_reason": outcome.get("reason"),
-        },
-    )
-    return [record_emit(record, conclusion.key or b"")]
+    delivery = terminal.decide(ledger.get(lkey), attempt, conclusion.outcome, now)
+    if delivery.superseded is not None:
+        return [record_emit(delivery.superseded, conclusion.key or b"")]
+    ledger[lkey] = delivery.entry
+    return [
+        record_emit(conclusion.outcome, conclusion.key or b""),
+        Emit(Topic(conclusion.topic), conclusion.key, conclusion.value, conclusion.headers),
+    ]
 
 
 class TerminalStage:

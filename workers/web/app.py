@@ -31,10 +31,10 @@ from yarl import URL
 
 from pipeline.policy import Policy
 from pipeline.records import sanitize
-from pipeline.review import HumanVerdict
+from pipeline.stages.review import HumanVerdict
 from topics.codec import DecodeLimitError, dumps, loads
+from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings
-from workers.stages.review import AlreadyDecided
 from workers.web.feed import (
     REVIEW_TIMEOUT,
     TEXTS,

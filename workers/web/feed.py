@@ -9,7 +9,7 @@ import logging
 from typing import Any, Protocol
 
 from pipeline.policy import Policy
-from pipeline.review import HumanVerdict
+from pipeline.stages.review import HumanVerdict
 from topics.names import Topic
 from topics.schema import Candidate
 from workers.runtime.settings import Settings
@@ -143,7 +143,7 @@ class KafkaOperations:
         self.settings, self.policy = settings, policy
 
     async def pending(self) -> list[dict[str, Any]]:
-        from workers.stages.review import pending
+        from workers.runtime.review import pending
 
         items = await pending(self.settings, timeout=REVIEW_TIMEOUT / 2)
         return [item.summary() | {TEXTS: review_texts(item.envelope.candidate)} for item in items]
@@ -151,7 +151,7 @@ class KafkaOperations:
     async def decide(
         self, candidate_id: str, verdict: HumanVerdict, by: str, note: str
     ) -> dict[str, Any]:
-        from workers.stages.review import decide
+        from workers.runtime.review import decide
 
         return await decide(self.settings, self.policy, candidate_id, verdict, by, note)
 

@@ -22,8 +22,8 @@ from pipeline.grounding import LONG_FORM
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
+from workers.interfaces import ControlState
 from workers.runtime.control import apply_control
-from workers.stages.kit import ControlState
 
 # Score ranges of the geometry histograms: (low, high, bins); values outside count as
 # under/over (the SGI sentinel 10.0 lands in `over`). SGI spans 0-5 so that calibrated

@@ -1,4 +1,5 @@
-"""The stage table: adding a stage is one adapter module plus one row here. The CLI, the
+"""The stage table: adding a stage is one adapter module plus one row here (and its
+verdicts' rows in `workers.stages.routes`). The CLI, the
 embedded runner and the worker entry points all loop over this table. A row builds its
 stage from the settings, handing each stage only its own endpoint config."""
 
@@ -7,14 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.judge import JudgeVerdict
 from pipeline.rules import RulesAction
-from pipeline.switch import SwitchAction
+from pipeline.switch import ON_REJECT_ACTIONS, SwitchAction
 from topics.names import Topic
+from workers.interfaces import EndpointConfig, Stage
 from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
-from workers.stages.kit import EndpointConfig, Stage
 from workers.stages.routes import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
@@ -65,7 +67,11 @@ LADDER: tuple[StageRow, ...] = (
         # those that bring their own, so a ladder without samples never holds the model.
         preload_encoder=lambda s: bool(s.sampler_url) and not s.nli_model,
     ),
-    StageRow("judge", lambda s: JudgeStage(judge(s)), (*SwitchAction, HOLD)),
+    StageRow(
+        "judge",
+        lambda s: JudgeStage(judge(s)),
+        (JudgeVerdict.YES, JudgeVerdict.UNSURE, *ON_REJECT_ACTIONS, HOLD),
+    ),
     StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
     # Not a rung: writes every conclusion of the rungs above, once, through its ledger.
     StageRow("terminal", lambda s: TerminalStage(), (), changelog=Topic.OUTCOMES),
