@@ -1,6 +1,14 @@
-"""The core's import graph, read from the source with `ast` (imports inside functions too):
-no cycle inside `pipeline/`, no `workers`/`topics` from it, and no core module reaching
-the offline fitting package `pipeline.fit`."""
+"""The import graph, read from the source with `ast` (imports inside functions too): no
+cycle between any two modules of `pipeline/`, `topics/` and `workers/`; no `workers`/
+`topics` from the core and no core module reaching the offline fitting package
+`pipeline.fit`; and the folders layered, each importing only those below it:
+
+    pipeline ← topics ← workers.interfaces ← workers.clients ← workers.stages
+             ← workers.runtime ← workers.{eval, bench, web} ← workers.cli
+
+(the stage interfaces depend on nothing in `workers/`; a client never reaches up to a
+stage, a stage never to the runtime that runs it; eval, bench and the dashboard are
+peers that never import each other)."""
 
 from __future__ import annotations
 
@@ -11,6 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipeline"
 FIT = "pipeline.fit"
+TREE = ("pipeline", "topics", "workers")
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"pipeline"}),
+    frozenset({"topics"}),
+    frozenset({"workers.interfaces"}),
+    frozenset({"workers.clients"}),
+    frozenset({"workers.stages"}),
+    frozenset({"workers.runtime"}),
+    frozenset({"workers.eval", "workers.bench", "workers.web"}),
+    frozenset({"workers.cli"}),
+)
 
 
 def module_name(path: Path) -> str:
@@ -18,8 +37,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def modules(packages: tuple[str, ...] = ("pipeline",)) -> dict[str, Path]:
+    return {module_name(p): p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
 def imports_of(name: str, source: str, known: set[str]) -> set[str]:
@@ -42,12 +61,36 @@ def imports_of(name: str, source: str, known: set[str]) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    known = set(modules())
+def graph(packages: tuple[str, ...] = ("pipeline",)) -> dict[str, set[str]]:
+    found = modules(packages)
+    known = set(found)
     return {
         name: imports_of(name, path.read_text(encoding="utf-8"), known)
-        for name, path in modules().items()
+        for name, path in found.items()
     }
+
+
+def folder(module: str) -> str:
+    """A module's folder: `pipeline` and `topics` whole, and each package or module directly
+    under `workers/` (`workers.stages`, `workers.interfaces`, `workers.cli`)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "workers" else parts[0]
+
+
+def layer(name: str) -> int:
+    return next(i for i, members in enumerate(LAYERS) if name in members)
+
+
+def upward_edges(edges: Mapping[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports between folders that do not go strictly down the layers (peers included)."""
+    out = set()
+    for name, targets in edges.items():
+        for target in targets:
+            a, b = folder(name), folder(target)
+            inside = a != b and "workers" not in (a, b) and b.split(".")[0] in TREE
+            if inside and layer(a) <= layer(b):
+                out.add((name, target))
+    return out
 
 
 def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
@@ -113,6 +156,18 @@ class TestThePipelinePackage:
         assert offenders == set()
 
 
+class TestTheWholeTree:
+    def test_has_no_import_cycle_between_modules(self) -> None:
+        assert cycles(graph(TREE)) == []
+
+    def test_every_folder_imports_only_the_layers_below_it(self) -> None:
+        assert upward_edges(graph(TREE)) == set()
+
+    def test_every_folder_has_a_layer(self) -> None:
+        folders = {folder(name) for name in modules(TREE)} - {"workers"}
+        assert folders == set().union(*LAYERS)
+
+
 class TestTheProbe:
     """The checks above would be vacuous if the reader missed imports; these show it sees
     what they look for."""
@@ -136,6 +191,17 @@ class TestTheProbe:
     def test_finds_a_cycle_closed_through_a_third_module(self) -> None:
         edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
         assert cycles(edges) == [["a", "b", "c"]]
+
+    def test_flags_an_import_up_the_layers_and_between_peers(self) -> None:
+        edges = {
+            "workers.clients.encoder": {"workers.stages.kit", "workers.interfaces"},
+            "workers.web.app": {"workers.bench.report", "workers.runtime.settings"},
+            "workers.runtime.loop": {"workers.stages.kit"},
+        }
+        assert upward_edges(edges) == {
+            ("workers.clients.encoder", "workers.stages.kit"),
+            ("workers.web.app", "workers.bench.report"),
+        }
 
     def test_finds_no_cycle_in_a_layered_graph(self) -> None:
         assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
