@@ -140,10 +140,10 @@ async def test_an_abandoned_claim_is_completed_as_given(settings: Settings, monk
     with pytest.raises(AlreadyDecided, match="already decided by carol"):
         await decide(settings, policy, "crash-1", HumanVerdict.ACCEPT, "dave", "")
     sent = await routed(settings, "crash-1")
+    # carol's reject is what was routed, to the reject topic: not dave's accept to rules.
     assert [(topic, e.human.by, e.human.verdict) for topic, e in sent] == [
-        (topic, "carol", "reject") for topic, _ in sent
+        (Topic.REJECT.value, "carol", "reject")
     ]
-    assert len(sent) == 1
 
 
 async def test_a_candidate_parked_again_after_a_verdict_is_listed_again(settings: Settings) -> None:

@@ -301,8 +301,15 @@ class TestAgreesWithCheck:
 
     @settings(max_examples=200, deadline=None)
     @given(value=scores)
-    def test_deterministic(self, value):
-        assert GroundingSwitch().decide(sgi(value)) == GroundingSwitch().decide(sgi(value))
+    def test_decides_the_same_on_the_score_read_back_from_the_wire(self, value):
+        # The geometry stage writes the score onto the envelope and the switch decides on
+        # what it reads back: a field lost on the way (a flag) would change the decision.
+        for score in (
+            sgi(value),
+            SGIResult(value, 0.5, 0.4, 1, 1, flagged=True, flag_reason="flag"),
+        ):
+            read_back = SGIResult(**score.to_dict())
+            assert GroundingSwitch().decide(read_back) == GroundingSwitch().decide(score)
 
     @settings(max_examples=200, deadline=None)
     @given(a=scores, b=scores)
