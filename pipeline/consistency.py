@@ -1,4 +1,5 @@
-"""Consistency (stage 3): a grounding decision over sampled answers (seeds 000, 004).
+"""Consistency (where the switch escalates): a grounding decision over sampled answers
+(seeds 000, 004).
 
 When geometry alone cannot decide, the same question is answered several more times
 (samples come with the candidate or are drawn from an OpenAI-compatible endpoint) and

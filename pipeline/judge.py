@@ -1,4 +1,5 @@
-"""Judge (stage 5): an LLM-as-judge yes/no read from first-token logprobs (seed 003).
+"""Judge (after the switch or consistency, before rules): an LLM-as-judge yes/no read
+from first-token logprobs (seed 003).
 
 The judge is asked one question, "is this response supported?", and must answer with a
 single word. Its verdict is not the text it writes but the probability mass on ``yes``

@@ -1,4 +1,4 @@
-"""Deterministic policy rules (stage 4): the last check on every path to ``state``.
+"""Deterministic policy rules (the last rung): the last check on every path to ``state``.
 
 Place in the ladder
     Whatever accepted a candidate — the geometric switch, consistency, the judge or a
@@ -79,7 +79,7 @@ class Severity(StrEnum):
 
 
 class RulesAction(StrEnum):
-    """Outcome of stage 4: ``pass`` to state, or escalate to review / reject."""
+    """Outcome of the rules: ``pass`` to state, or escalate to review / reject."""
 
     PASS = "pass"
     REVIEW = "review"
@@ -155,7 +155,7 @@ def _str_tuple(key: str, value: object) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class RulesConfig:
-    """Settings of stage 4, validated on construction (:class:`PolicyError` names the
+    """Settings of the rules, validated on construction (:class:`PolicyError` names the
     field as ``rules.<key>``). Build from a policy section with :meth:`from_mapping`."""
 
     min_content_coverage: float = 0.5
@@ -429,7 +429,7 @@ RULES: tuple[Rule, ...] = (
     Rule("max_length", _max_length),
     Rule("required_fields", _required_fields),
 )
-"""Every rule stage 4 runs, in order. Add a rule: one function, one entry."""
+"""Every rule the rules stage runs, in order. Add a rule: one function, one entry."""
 
 RULE_NAMES: frozenset[str] = frozenset(rule.name for rule in RULES)
 

@@ -1,4 +1,4 @@
-"""Geometric grounding scores (stage 1): SGI with a context, DGI without one.
+"""Geometric grounding scores (the geometry rung): SGI with a context, DGI without one.
 
 Pure float64 math over embeddings, plus batch helpers that ask an `Encoder` for all the
 embeddings a batch needs in one call. Nothing here loads a model or a policy: the encoder

@@ -5,7 +5,7 @@ Why it exists
     cannot see that a response copied the source's sentence shape but swapped a name or a
     number. This module answers the narrower, auditable question "which words, numbers and
     names of the response does the context not contain?". It is used twice: by the
-    ``source_support`` rule in :mod:`pipeline.rules` (stage 4, on every path to ``state``)
+    ``source_support`` rule in :mod:`pipeline.rules` (the last rung, on every path to ``state``)
     and as a numeric feature for the calibrated grounding score.
 
 What counts

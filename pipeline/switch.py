@@ -1,4 +1,4 @@
-"""GroundingSwitch (stage 2): turns a geometric score into a control action.
+"""GroundingSwitch (the rung after geometry): turns a geometric score into a control action.
 
 Geometry answers "did the answer come from the source?"; the switch answers "what should
 the system do with that signal?". SGI has three zones (accept / escalate / on_reject),
