@@ -385,7 +385,7 @@ class TestCheckInput:
     piece named in one line (the scoring itself is tests/integration/test_first_hour.py)."""
 
     def test_options_and_a_json_line_read_the_same(self) -> None:
-        from workers.cli import _check_input
+        from workers.cli.inprocess import _check_input
 
         by_options = _check_input(None, "q?", ("c1", "c2"), "a.")
         line = dumps({"question": "q?", "context": ["c1", "c2"], "response": "a."}).decode()
