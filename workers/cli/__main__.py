@@ -2,4 +2,5 @@
 
 from workers.cli import main
 
-main()
+if __name__ == "__main__":  # tests import every module (test_error_tree): run only as -m
+    main()
