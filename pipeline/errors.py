@@ -1,8 +1,10 @@
 """The root of every error groundstream raises on purpose, and the core's own errors.
 
 Catch `GroundstreamError` to catch them all; each also keeps the standard type a caller
-may already catch. The tree, by area (a test walks every package and fails on an error
-outside it):
+may already catch. Each says whether it may be retried (`retryable`, marked ↻ below): not
+the message's fault, so a batch it interrupts is redone, never dead-lettered
+(`pipeline.failures`). The tree, by area (a test walks every package and fails on an
+error outside it, or a mark here that disagrees with the class):
 
 GroundstreamError
  ├── PolicyError (ValueError)            a policy or setting is invalid; names the field
@@ -13,23 +15,30 @@ GroundstreamError
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
- ├── TopicsMissing (RuntimeError)        workers.runtime.runner: broker or topics absent at start
+ ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
- ├── BrokerUnavailable (RuntimeError)    workers.runtime.loop: broker gone; exit uncommitted
- ├── StaleBatch (RuntimeError)           workers.runtime.loop: a rebalance took the batch
- ├── ControlUnknown (RuntimeError)       workers.runtime.loop: kill switch unknown; redo the batch
+ ├── BrokerUnavailable (RuntimeError) ↻  workers.runtime.loop: broker gone; exit uncommitted
+ ├── StaleBatch (RuntimeError) ↻         workers.runtime.loop: a rebalance took the batch
+ ├── ControlUnknown (RuntimeError) ↻     workers.runtime.loop: kill switch unknown; redo the batch
+ ├── ProcessingStopped (RuntimeError)    workers.runtime.isolation: a permanent error under `stop`
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
- ├── OutcomeTimeout (TimeoutError)       workers.clients.agent: no outcome yet (in flight)
+ ├── OutcomeTimeout (TimeoutError) ↻     workers.clients.agent: no outcome yet (in flight)
  ├── AlreadyDecided (LookupError)        workers.stages.review: a second verdict on one candidate
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class GroundstreamError(Exception):
     """Root of every error the core raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+    """True when the error is not the message's fault (the broker, a batch's timing): the
+    work is redone, and the candidate never dead-lettered for it. Permanent by default."""
 
 
 class PolicyError(GroundstreamError, ValueError):

@@ -12,5 +12,5 @@ Start reading here:
   sentence `encoder`, an NLI cross-encoder (`nli`).
 * `eval/`    labelled `datasets`, `calibration`, `evaluation` and its reports.
 * `web/`     the dashboard: `state` (aggregates), `feed` (Kafka in and out), `app` (HTTP).
-* `cli.py`   the `groundstream` command.
+* `cli/`     the `groundstream` command, one module per command group (`base`: shared).
 """

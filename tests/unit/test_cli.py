@@ -22,6 +22,7 @@ from topics.codec import dumps, loads
 from workers.cli import main
 from workers.interfaces import ControlState
 from workers.runtime import kafka_tools, runner
+from workers.runtime.isolation import ProcessingStopped
 from workers.runtime.kafka_tools import UnknownTopic, check_candidates, numbered_lines
 from workers.runtime.outcomes import Trails
 from workers.runtime.ready import (
@@ -385,7 +386,7 @@ class TestCheckInput:
     piece named in one line (the scoring itself is tests/integration/test_first_hour.py)."""
 
     def test_options_and_a_json_line_read_the_same(self) -> None:
-        from workers.cli import _check_input
+        from workers.cli.inprocess import _check_input
 
         by_options = _check_input(None, "q?", ("c1", "c2"), "a.")
         line = dumps({"question": "q?", "context": ["c1", "c2"], "response": "a."}).decode()
@@ -401,3 +402,35 @@ class TestCheckInput:
         assert result.stderr.strip() == "Error: response is missing or empty"
         result = run("check", "-q", "q?", "-r", "a.", '{"question": "q?"}')
         assert result.exit_code == 2 and "not both" in result.stderr
+
+
+class TestOnProcessingError:
+    """GROUNDSTREAM_ON_PROCESSING_ERROR at the command line: refused at start-up when bad,
+    and a worker stopped by it ends with one line, not a traceback."""
+
+    def test_a_bad_choice_is_refused_before_the_worker_starts(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(runner, "require_topics", lambda s: pytest.fail("started"))
+        result = run("worker", "switch", env={"GROUNDSTREAM_ON_PROCESSING_ERROR": "retry"})
+        assert result.exit_code == 2
+        assert result.stderr.strip().splitlines() == [
+            "Error: invalid setting GROUNDSTREAM_ON_PROCESSING_ERROR='retry': "
+            "expected deadletter or stop"
+        ]
+
+    def test_a_stopped_worker_exits_1_with_one_line(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        chosen = []
+
+        def stopped(stage: str, settings: Settings) -> None:
+            chosen.append(settings.on_processing_error)
+            raise ProcessingStopped(f"stage {stage} stopped on p.scored/0/42 (KeyError: 'k')")
+
+        monkeypatch.setattr(runner, "require_topics", lambda s: None)
+        monkeypatch.setattr(runner, "run_stage", stopped)
+        result = run("worker", "switch", env={"GROUNDSTREAM_ON_PROCESSING_ERROR": "stop"})
+        assert chosen == ["stop"]
+        assert result.exit_code == 1
+        assert result.stderr.strip().splitlines() == [
+            "groundstream: stage switch stopped on p.scored/0/42 (KeyError: 'k')"
+        ]

@@ -1,5 +1,6 @@
 """Per-candidate isolation: a failing or oversize candidate is dead-lettered alone, under
-its id; the rest of its batch goes on; transient errors are retried, never parked."""
+its id; the rest of its batch goes on; retryable errors are retried, never parked; and a
+candidate's permanent error goes to the operator's choice (dead-letter or stop)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from collections.abc import Sequence
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from pipeline.failures import ErrorAction
 from pipeline.policy import load_policy
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic
 from workers.interfaces import Emit, Inbound, StageContext
-from workers.runtime.isolation import oversize, process_isolated
+from workers.runtime.isolation import ProcessingStopped, always, oversize, process_isolated
+from workers.runtime.loop import StaleBatch
 
 
 def item(cid: str, offset: int) -> Inbound:
@@ -78,10 +81,77 @@ async def test_a_good_batch_is_processed_once() -> None:
     assert len(emits) == 2
 
 
-@pytest.mark.parametrize("error", [KafkaConnectionError(), MemoryError()])
-async def test_transient_errors_are_raised_for_a_retry_not_parked(error: Exception) -> None:
+@pytest.mark.parametrize("error", [KafkaConnectionError(), MemoryError(), StaleBatch("reassigned")])
+@pytest.mark.parametrize("choice", list(ErrorAction))
+async def test_retryable_errors_are_raised_for_a_retry_not_parked(
+    error: Exception, choice: ErrorAction
+) -> None:
+    """Whatever the operator chose for permanent errors: a retryable one is never theirs."""
+    asked: list[Exception] = []
+
+    def handler(stage: str, item: Inbound, exc: Exception) -> ErrorAction:
+        asked.append(exc)
+        return choice
+
     with pytest.raises(type(error)):
-        await process_isolated(Picky({"b"}, error), [item("a", 0), item("b", 1)], ctx())
+        await process_isolated(
+            Picky({"b"}, error), [item("a", 0), item("b", 1)], ctx(), on_error=handler
+        )
+    assert asked == []
+
+
+class TestOnProcessingError:
+    """The operator's choice for a candidate that fails alone with a permanent error."""
+
+    async def test_deadletter_is_the_default_and_the_setting_s_first_choice(self) -> None:
+        batch = [item("a", 0), item("b", 1), item("c", 2)]
+        told = await process_isolated(
+            Picky({"b"}, KeyError("k")), batch, ctx(), on_error=always(ErrorAction.DEADLETTER)
+        )
+        default = await process_isolated(Picky({"b"}, KeyError("k")), batch, ctx())
+        assert deadlettered(told) == deadlettered(default) == {"b": "stage error: KeyError"}
+        for emits in (told, default):
+            assert [loads(e.value)["id"] for e in emits if e.topic is Topic.SCORED] == ["a", "c"]
+
+    async def test_stop_raises_naming_the_message_and_puts_the_table_back(self) -> None:
+        c = ctx()
+        c.sessions[b"before"] = {"kept": True}
+        batch = [item("a", 0), item("b", 1), item("c", 2)]
+        with pytest.raises(ProcessingStopped) as info:
+            await process_isolated(
+                Picky({"b"}, KeyError("k")), batch, c, on_error=always(ErrorAction.STOP)
+            )
+        message = str(info.value)
+        assert "stage picky stopped on t.candidates/0/1 (KeyError: 'k')" in message
+        assert "GROUNDSTREAM_ON_PROCESSING_ERROR" in message and "\n" not in message
+        assert isinstance(info.value.__cause__, KeyError)
+        # "a" was written again, alone, before "b" stopped the batch: nothing of it stays.
+        assert dict(c.sessions) == {b"before": {"kept": True}}
+
+    async def test_a_callback_chooses_per_error_and_is_told_the_stage_and_message(self) -> None:
+        class Choosy(Picky):
+            async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+                if any(loads(i.value)["id"] == "c" for i in batch):
+                    raise LookupError("c")
+                return await super().process(batch, ctx)
+
+        seen: list[tuple[str, int, str]] = []
+
+        def handler(stage: str, inbound: Inbound, exc: Exception) -> ErrorAction:
+            seen.append((stage, inbound.offset, type(exc).__name__))
+            return ErrorAction.STOP if isinstance(exc, LookupError) else ErrorAction.DEADLETTER
+
+        batch = [item("a", 0), item("b", 1), item("c", 2)]
+        with pytest.raises(ProcessingStopped):
+            await process_isolated(Choosy({"b"}, ValueError("v")), batch, ctx(), on_error=handler)
+        assert seen == [("picky", 1, "ValueError"), ("picky", 2, "LookupError")]
+
+    async def test_an_oversize_output_is_not_a_processing_error(self) -> None:
+        stage = Picky(set(), ValueError(), big={"b"})
+        emits = await process_isolated(
+            stage, [item("a", 0), item("b", 1)], ctx(), on_error=always(ErrorAction.STOP)
+        )
+        assert list(deadlettered(emits)) == ["b"]
 
 
 async def test_an_output_over_the_broker_limit_parks_its_candidate_with_the_reason() -> None:

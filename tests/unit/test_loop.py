@@ -9,11 +9,14 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
+from pipeline.failures import ErrorAction
 from pipeline.policy import load_policy
 from tests.fixtures.fakes import FakeBatch, FakeProducer
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext
+from workers.runtime.isolation import ProcessingStopped, always
 from workers.runtime.loop import CARRY_S, StageLoop, send_batched
+from workers.runtime.runner import build_loop
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
@@ -227,3 +230,67 @@ class TestSendBatched:
 
         with pytest.raises(ValueError, match="does not fit"):
             await send_batched(Producer(), [("p.t", b"k", b"v", ())])
+
+
+class Breaking(Watching):
+    """Writes its table for each message, and fails on one whose value says so."""
+
+    async def process(self, batch: Any, ctx: StageContext) -> list[Emit]:
+        for item in batch:
+            ctx.sessions[item.key + b"-%d" % item.offset] = {"seen": True}
+            if item.value == b'{"bad": true}':
+                raise KeyError("bad")
+        return await super().process(batch, ctx)
+
+
+def breaking(choice: ErrorAction) -> tuple[StageLoop, ChangelogStore]:
+    worker, store = watching()
+    worker.stage = Breaking()  # type: ignore[assignment]
+    worker.on_processing_error = always(choice)
+    return worker, store
+
+
+BATCH = [Message("p.scored", 0, 41), Message("p.scored", 0, 42, b'{"bad": true}')]
+
+
+class TestOnProcessingError:
+    """GROUNDSTREAM_ON_PROCESSING_ERROR at the loop: `deadletter` commits the batch with the
+    bad candidate parked; `stop` commits nothing of it and ends the worker, not retried."""
+
+    async def test_deadletter_commits_the_batch_past_the_bad_candidate(self) -> None:
+        worker, store = breaking(ErrorAction.DEADLETTER)
+        producer = FakeProducer()
+        await worker._batch(producer, BATCH)
+        assert [c[0] for c in producer.calls][-2:] == ["offsets", "commit"]
+        assert producer.calls[-2][1] == {TopicPartition("p.scored", 0): 43}
+        assert b"s-41" in store and b"s-42" not in store
+
+    async def test_stop_commits_nothing_and_drops_the_batch_s_state(self) -> None:
+        worker, store = breaking(ErrorAction.STOP)
+        producer = FakeProducer()
+        with pytest.raises(ProcessingStopped, match=r"stage watch stopped on p\.scored/0/42"):
+            await worker._batch(producer, BATCH)
+        assert producer.calls == []  # no transaction begun: the batch is redone on restart
+        assert store.changes() == [] and b"s-41" not in store
+
+    async def test_stop_ends_the_worker_without_a_retry(self) -> None:
+        worker, _ = breaking(ErrorAction.STOP)
+        worker.settings = Settings(topic_prefix="p.", bootstrap_servers="127.0.0.1:1")
+        worker.give_up_s = 0.0  # a retry would end in BrokerUnavailable instead
+        attempts = []
+
+        async def session() -> None:
+            attempts.append(1)
+            raise ProcessingStopped("stage watch stopped")
+
+        worker._session = session  # type: ignore[method-assign]
+        with pytest.raises(ProcessingStopped):
+            await worker.run()
+        assert attempts == [1]
+
+    def test_the_runner_gives_the_loop_the_setting_s_choice(self) -> None:
+        for choice in ErrorAction:
+            built = build_loop("rules", Settings(on_processing_error=choice))
+            assert (
+                built.on_processing_error("rules", Message("p.scored", 0, 1), KeyError()) is choice
+            )

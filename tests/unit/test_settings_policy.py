@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PolicyError
+from pipeline.failures import ErrorAction
 from pipeline.policy import DEFAULT_POLICY_PATH, Policy, load_policy, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL, Mode
 from pipeline.switch import GroundingSwitch, SwitchAction
@@ -78,6 +79,8 @@ class TestSettingsFromEnv:
             ("GROUNDSTREAM_SAMPLER_TIMEOUT", "soon"),
             ("GROUNDSTREAM_CONTROL_POLL", "0"),
             ("GROUNDSTREAM_LOG_LEVEL", "verbose"),
+            ("GROUNDSTREAM_ON_PROCESSING_ERROR", "retry"),
+            ("GROUNDSTREAM_ON_PROCESSING_ERROR", "Stop"),
         ],
     )
     def test_bad_value_names_the_variable(self, name, value):
@@ -85,6 +88,13 @@ class TestSettingsFromEnv:
         assert name in str(err)
         assert err.field == name
         assert err.value == value
+
+    def test_on_processing_error_is_deadletter_unless_stop_is_asked(self):
+        assert Settings.from_env({}).on_processing_error is ErrorAction.DEADLETTER
+        stop = Settings.from_env({"GROUNDSTREAM_ON_PROCESSING_ERROR": "stop"})
+        assert stop.on_processing_error is ErrorAction.STOP
+        expected = settings_error({"GROUNDSTREAM_ON_PROCESSING_ERROR": "x"}).expected
+        assert expected == "deadletter or stop"
 
     def test_the_switch_batches_more_unless_a_batch_size_is_given(self):
         unset = Settings.from_env({})

@@ -55,6 +55,8 @@ class CandidateConflict(GroundstreamError, ValueError):
 class OutcomeTimeout(GroundstreamError, TimeoutError):
     """No outcome within the time asked for; the candidate is still in flight."""
 
+    retryable = True
+
     def __init__(self, candidate_id: str, timeout: float) -> None:
         self.candidate_id = candidate_id
         super().__init__(

@@ -18,7 +18,7 @@ from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import TERMINAL, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
-from workers.runtime.isolation import process_isolated
+from workers.runtime.isolation import DEADLETTER_ALWAYS, OnProcessingError, process_isolated
 from workers.stages.terminal import deliver
 
 
@@ -37,10 +37,17 @@ class EmbeddedResult:
 class EmbeddedBus:
     """In-memory topics with the Kafka-mode semantics the stages rely on."""
 
-    def __init__(self, stages: Sequence[Stage], ctx: StageContext, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        ctx: StageContext,
+        batch_size: int = 64,
+        on_error: OnProcessingError = DEADLETTER_ALWAYS,
+    ) -> None:
         self.stages = list(stages)
         self.ctx = ctx
         self.batch_size = batch_size
+        self.on_error = on_error
         self.queues: dict[Topic, deque[Inbound]] = defaultdict(deque)
         self.offsets: dict[Topic, int] = defaultdict(int)
         self.result = EmbeddedResult()
@@ -78,7 +85,8 @@ class EmbeddedBus:
                 queue = self.queues[stage.source]
                 while queue:
                     batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
-                    for emit in await process_isolated(stage, batch, self.ctx):
+                    emits = await process_isolated(stage, batch, self.ctx, on_error=self.on_error)
+                    for emit in emits:
                         self.publish(emit)
                     if on_batch is not None:
                         on_batch(stage.name, len(batch))
@@ -93,9 +101,11 @@ async def run_embedded(
     *,
     batch_size: int = 64,
     on_batch: Callable[[str, int], None] | None = None,
+    on_error: OnProcessingError = DEADLETTER_ALWAYS,
 ) -> EmbeddedResult:
-    """Push candidates (raw bytes, or dicts to encode) through the ladder in-process."""
-    bus = EmbeddedBus(stages, ctx, batch_size)
+    """Push candidates (raw bytes, or dicts to encode) through the ladder in-process;
+    `on_error` chooses for a candidate that fails alone (`isolation`)."""
+    bus = EmbeddedBus(stages, ctx, batch_size, on_error)
     for raw in raw_candidates:
         value = dumps(raw) if isinstance(raw, dict) else raw
         key = None

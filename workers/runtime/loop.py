@@ -21,7 +21,9 @@ drops the batch's pending state, closes producer and consumer without committing
 starts over from the last committed offsets after a backoff; if the broker stays away
 longer than `give_up_s`, the worker exits non-zero, still without committing. Errors of a
 single candidate never get here: `isolation.process_isolated` dead-letters that one
-candidate and the batch goes on.
+candidate and the batch goes on, unless the operator chose to stop on them
+(GROUNDSTREAM_ON_PROCESSING_ERROR=stop): then `ProcessingStopped` ends the worker at
+once, without a retry and without committing the batch.
 
 Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
 generation (no KIP-447), so a replica cut off from the group (a zombie) could still commit
@@ -56,7 +58,12 @@ from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.control import ControlListener, stopping
-from workers.runtime.isolation import process_isolated
+from workers.runtime.isolation import (
+    DEADLETTER_ALWAYS,
+    OnProcessingError,
+    ProcessingStopped,
+    process_isolated,
+)
 from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
@@ -87,14 +94,20 @@ ride in before it gets one of its own (see `StageLoop._carry`)."""
 class BrokerUnavailable(GroundstreamError, RuntimeError):
     """The broker stayed away longer than the worker's patience: exit without committing."""
 
+    retryable = True
+
 
 class ControlUnknown(GroundstreamError, RuntimeError):
     """The kill switch's state stayed unknown past the hold, or turned unknown during a
     batch: the session starts over, committing nothing."""
 
+    retryable = True
+
 
 class StaleBatch(GroundstreamError, RuntimeError):
     """A fetched batch outlived its assignment; the session starts over, committing nothing."""
+
+    retryable = True
 
 
 class RebalanceGate(ConsumerRebalanceListener):
@@ -138,6 +151,8 @@ class StageLoop:
     on_ready: Callable[[Sequence[int]], object] | None = None
     """Called once, when the worker first holds source partitions with its state restored
     (the runner announces readiness there)."""
+    on_processing_error: OnProcessingError = DEADLETTER_ALWAYS
+    """What to do with a candidate that fails alone with a permanent error (`isolation`)."""
     ready: bool = field(default=False, init=False)
     _healthy_at: float = field(default=0.0, init=False)
     """When the broker last answered a fetch: a failure after it starts a new count."""
@@ -174,6 +189,8 @@ class StageLoop:
             while True:
                 try:
                     await self._session()
+                except ProcessingStopped:
+                    raise  # the operator's choice: no retry, nothing committed
                 except Exception as exc:
                     now = time.monotonic()
                     if failing_since is None or self._healthy_at > failing_since:
@@ -329,7 +346,14 @@ class StageLoop:
                 await self._await_control(len(work))
             spells = self.ctx.control.unknown_spells
             emits = (
-                await process_isolated(self.stage, work, self.ctx, self.store, received=received)
+                await process_isolated(
+                    self.stage,
+                    work,
+                    self.ctx,
+                    self.store,
+                    received=received,
+                    on_error=self.on_processing_error,
+                )
                 if work
                 else []
             )

@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError
 from pipeline.errors import GroundstreamError
 from topics.admin import missing_topics
 from workers.interfaces import StageContext
+from workers.runtime.isolation import always
 from workers.runtime.ladder import STAGE_NAMES, row
 from workers.runtime.loop import BrokerUnavailable, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
@@ -32,6 +33,8 @@ log = logging.getLogger("groundstream.runner")
 class TopicsMissing(GroundstreamError, RuntimeError):
     """The broker cannot be reached or the ladder's topics do not exist: a worker would sit
     idle (a consumer gets no partitions of a missing topic), so it refuses to start."""
+
+    retryable = True
 
 
 def require_topics(settings: Settings) -> None:
@@ -84,6 +87,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         follows=spec.follows,
         store=store,
         metrics=prometheus,
+        on_processing_error=always(settings.on_processing_error),
     )
     loop.on_ready = lambda held: announce_ready(settings, name, loop.group_id, held)
     return loop

@@ -18,6 +18,7 @@ from pipeline import admission
 from pipeline.admission import WorkCaps
 from pipeline.encoder import BACKENDS
 from pipeline.errors import PolicyError
+from pipeline.failures import ErrorAction
 from pipeline.policy import Policy, load_policy
 from topics.names import Topic
 
@@ -94,6 +95,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "control_poll": (_positive_float, "seconds > 0"),
     "encoder_backend": (_encoder_backend, " or ".join(BACKENDS)),
     "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
+    "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
 }
 
 
@@ -148,6 +150,8 @@ class Settings:
     control_poll: float = 0.5
     encoder_backend: str = "torch"
     instance_id: str = ""  # empty: the host name (one process per stage and host)
+    on_processing_error: ErrorAction = ErrorAction.DEADLETTER
+    """A candidate's permanent error: dead-letter it, or stop the worker (`isolation`)."""
 
     def batch_size_for(self, stage: str) -> int:
         """The stage's batch: the one given, else the stage's default."""

@@ -13,6 +13,7 @@ from pipeline.policy import Policy
 from topics.codec import dumps
 from workers.interfaces import StageContext
 from workers.runtime.embedded import EmbeddedResult, run_embedded
+from workers.runtime.isolation import always
 from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
 
@@ -48,7 +49,12 @@ def run_lines(
     async def run(on_batch: Callable[[str, int], None] | None = None) -> EmbeddedResult:
         try:
             return await run_embedded(
-                lines, stages, ctx, batch_size=settings.batch_size, on_batch=on_batch
+                lines,
+                stages,
+                ctx,
+                batch_size=settings.batch_size,
+                on_batch=on_batch,
+                on_error=always(settings.on_processing_error),
             )
         finally:  # the judge's and sampler's HTTP sessions, on the loop that opened them
             for stage in stages:

@@ -1,0 +1,72 @@
+"""The `groundstream` command: run workers, verify files in-process, and small Kafka tools.
+
+One module per command group, as faust/cli/ is laid out: `base` holds what they share
+(settings, the one-line error handling, one-shot Kafka runs); this module only builds the
+root group and adds each group's commands. Commands import their heavy libraries inside
+their bodies, so `groundstream --help` loads no model and no Kafka client.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from workers.bench.commands import bench
+from workers.cli import (
+    audit,
+    calibrate,
+    control,
+    encoder,
+    evaluate,
+    inprocess,
+    replay,
+    review,
+    services,
+    tools,
+    train,
+)
+from workers.cli.base import Cli
+
+__all__ = ["main"]
+
+
+@click.group(cls=Cli)
+@click.option(
+    "--log-level",
+    default=None,
+    help="debug, info, warning or error (default GROUNDSTREAM_LOG_LEVEL, else warning; "
+    "aiokafka's own start-up chatter shows from info down).",
+)
+def main(log_level: str | None) -> None:
+    """groundstream: keep bad LLM answers out of agent and RAG state."""
+    logging.basicConfig(
+        level=(log_level or "warning").upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+for _command in (
+    inprocess.verify,
+    inprocess.check_command,
+    tools.produce,
+    tools.consume,
+    tools.outcomes,
+    tools.topics,
+    services.worker,
+    services.wait_ready_command,
+    services.dashboard,
+    services.attach,
+    calibrate.calibrate,
+    train.train,
+    evaluate.eval_command,
+    review.review,
+    control.control,
+    replay.replay,
+    encoder.encoder,
+    audit.audit,
+    bench,
+):
+    main.add_command(_command)

@@ -1,0 +1,125 @@
+"""What every command group shares: settings and policy read once with one-line errors,
+the root group that turns a user's mistake into one line instead of a traceback, and the
+way one-shot Kafka tools run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from pipeline.errors import PolicyError
+from workers.runtime.settings import Settings
+
+T = TypeVar("T")
+
+
+def bad_setting(exc: PolicyError) -> click.ClickException:
+    """A bad setting or policy file: one line naming it, exit 2 (no usage text: the
+    command line was fine)."""
+    error = click.ClickException(str(exc))
+    error.exit_code = 2
+    return error
+
+
+def load_settings(policy: str | None = None) -> Settings:
+    """Settings from the environment; `--log-level`, when given, wins over it."""
+    ctx = click.get_current_context(silent=True)
+    log_level = ctx.find_root().params.get("log_level") if ctx is not None else None
+    try:
+        return Settings.from_env(policy=policy, log_level=log_level)
+    except PolicyError as exc:
+        raise bad_setting(exc) from None
+
+
+def load_policy(settings: Settings):
+    try:
+        return settings.load_policy()
+    except PolicyError as exc:
+        raise bad_setting(exc) from None
+
+
+def _bootstrap() -> str:
+    """The broker a failed command was talking to, for its one-line message."""
+    try:
+        return Settings.from_env().bootstrap_servers
+    except PolicyError:
+        return os.environ.get("GROUNDSTREAM_BOOTSTRAP_SERVERS", "?")
+
+
+def one_line(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and exit status for an error a user can cause, else None (a bug,
+    which keeps its traceback). An absent broker or missing topics exit 2, an input
+    groundstream refuses on purpose (bad file, bad setting, not waiting) and an
+    unreadable path exit 1."""
+    from aiokafka.errors import KafkaError
+
+    from pipeline.errors import GroundstreamError
+    from workers.runtime.kafka_tools import UnknownTopic
+    from workers.runtime.runner import TopicsMissing
+
+    if isinstance(exc, UnknownTopic | TopicsMissing):
+        return exc.args[0], 2
+    if isinstance(exc, KafkaError):
+        # The clients the failed call left unclosed complain at exit; the line says it all.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        return (
+            f"cannot reach Kafka at {_bootstrap()} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
+            f"{type(exc).__name__}",
+            2,
+        )
+    if isinstance(exc, GroundstreamError):
+        return str(exc), 1
+    if isinstance(exc, OSError):  # a path that is missing, unreadable or not a model
+        return (f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)), 1
+    return None
+
+
+class Cli(click.Group):
+    """The root group: every failure a user can cause is one line on stderr and a
+    non-zero exit, never a traceback (tests/unit/test_cli_failures.py runs every command
+    against an unreachable broker and a malformed file)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if isinstance(exc, click.ClickException | click.exceptions.Exit | click.Abort):
+                raise
+            found = one_line(exc)
+            if found is None:
+                raise
+            click.echo(f"groundstream: {found[0]}", err=True)
+            sys.exit(found[1])
+
+
+def quiet_kafka() -> None:
+    """For one-shot tools: aiokafka's own log lines about the connection stay quiet unless
+    --log-level is info or debug; a failure is reported once, as one line, by `Cli`."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+def run_kafka(call: Coroutine[Any, Any, T]) -> T:
+    """Run a one-shot Kafka tool (see `quiet_kafka`)."""
+    quiet_kafka()
+    return asyncio.run(call)
+
+
+def require_broker(settings: Settings) -> None:
+    """A service refuses to start without its broker and topics (it would sit idle, or
+    log a retry every few seconds); later outages are its own to ride out."""
+    from workers.runtime.runner import require_topics
+
+    kafka_log = logging.getLogger("aiokafka")
+    level = kafka_log.level
+    quiet_kafka()
+    try:
+        require_topics(settings)  # TopicsMissing: one line, by `Cli`
+    finally:
+        kafka_log.setLevel(level)  # the running service logs the client as before

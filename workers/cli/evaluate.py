@@ -1,0 +1,84 @@
+"""`eval`: the embedded ladder over labelled data, for quality and throughput."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline.errors import PolicyError
+from workers.cli.base import load_policy, load_settings
+from workers.runtime.settings import Settings
+
+
+@click.command("eval")
+@click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write metrics.json and PNG plots here.",
+)
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@click.option("--limit", type=int, default=None, help="Read at most N records.")
+@click.option("--skip", type=int, default=0, help="Leave out the first N records (held-out split).")
+@click.option(
+    "--judge-url",
+    default=None,
+    help="Ask this OpenAI-compatible judge (overrides GROUNDSTREAM_JUDGE_URL for this run).",
+)
+@click.option(
+    "--judge-model", default=None, help="The judge's model id (else GROUNDSTREAM_JUDGE_MODEL)."
+)
+@click.option(
+    "--phrasing",
+    type=click.Choice(["given", "assistant"]),
+    default="given",
+    show_default=True,
+    help="assistant: rewrite every short answer as an assistant's sentence first.",
+)
+def eval_command(
+    data: Path,
+    report_dir: Path | None,
+    policy: str | None,
+    limit: int | None,
+    skip: int,
+    judge_url: str | None,
+    judge_model: str | None,
+    phrasing: str,
+) -> None:
+    """Run the embedded ladder over labelled DATA and report quality and throughput.
+    With a judge (option or environment) the ladder asks it as the workers would."""
+    from workers.eval.evaluation import evaluate
+    from workers.eval.report import require_matplotlib
+    from workers.eval.report_text import render_summary
+
+    if report_dir is not None:
+        try:  # before the run, not after it
+            require_matplotlib()
+        except ModuleNotFoundError as exc:
+            raise click.ClickException(str(exc)) from None
+    settings = load_settings(policy)
+    if judge_url is not None or judge_model is not None:
+        env = {
+            **os.environ,  # parsed and validated as if the variables had been set
+            "GROUNDSTREAM_JUDGE_URL": judge_url or settings.judge_url,
+            "GROUNDSTREAM_JUDGE_MODEL": judge_model or settings.judge_model or "judge",
+        }
+        try:
+            settings = Settings.from_env(env, policy=policy, log_level=settings.log_level)
+        except PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
+    metrics = evaluate(
+        data,
+        report_dir,
+        settings,
+        load_policy(settings),
+        limit=limit,
+        skip=skip,
+        progress=sys.stderr.isatty(),
+        phrasing=phrasing,
+    )
+    click.echo(render_summary(metrics))
