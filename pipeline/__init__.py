@@ -11,7 +11,6 @@ The seed's cuts stay available by name (`SGI_STRONG_PASS`, ..., `Thresholds.seed
 
 from importlib.metadata import PackageNotFoundError, version
 
-from pipeline.check import Check, Level
 from pipeline.defaults import (
     GroundingSwitch,
     check,
@@ -24,7 +23,8 @@ from pipeline.errors import GroundstreamError, PolicyError, ScoringError
 from pipeline.policy import Policy, load_policy, parse_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import Mode, RouteConfig
-from pipeline.scores import Encoder, compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.check import Check, Level
+from pipeline.scores.geometric import Encoder, compute_dgi_batch, compute_sgi_batch
 from pipeline.switch import SwitchAction, SwitchDecision
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from pipeline.claims import split_claims
+from pipeline.claims.units import split_claims
 from pipeline.errors import PolicyError
 
 __all__ = ["CLAIMS", "RESPONSE_WORDS", "SOURCE_WORDS", "Admission", "WorkCaps", "admit"]

@@ -6,7 +6,7 @@ The order
     committed samples). These are *opinions on support*: each estimates whether the
     response follows from its source, and a higher authority's accept settles that
     question. Lexical coverage (the share of the response's content words the context
-    contains, :mod:`pipeline.support`) is such an opinion too, the crudest one, and ranks
+    contains, :mod:`pipeline.claims.support`) is such an opinion too, the crudest one, and ranks
     with the support models.
 
 Rules are not in the order

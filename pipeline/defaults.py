@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import switch
-from pipeline.check import Check, Score
-from pipeline.check import check as core_check
 from pipeline.chunks import context_chunks
-from pipeline.claim_head import ClaimHead, PairReader, read_head
+from pipeline.claims.head import ClaimHead, PairReader, read_head
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
-from pipeline.scoring import score_batch
+from pipeline.scores.batch import score_batch
+from pipeline.scores.check import Check, Score
+from pipeline.scores.check import check as core_check
+from pipeline.scores.geometric import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
 from pipeline.thresholds import Thresholds
 
 NO_REFERENCE = "no reference direction in the policy"
@@ -55,7 +55,7 @@ def default_claim_head() -> ClaimHead:
 def default_claim_reader() -> PairReader | None:
     """The shipped claim reader's P(supported) (`pipeline/data/reader/`), loaded once;
     None where no reader ships (the grounding model then reads its feature as 0)."""
-    from pipeline.claim_reader import MODEL_FILE, ClaimReader, bundled_reader_dir
+    from pipeline.claims.reader import MODEL_FILE, ClaimReader, bundled_reader_dir
 
     if not (bundled_reader_dir() / MODEL_FILE).is_file():
         return None

@@ -28,10 +28,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from pipeline.check import Level
-from pipeline.grounding import CLAIM_READER, GroundingModel, reads_claims
 from pipeline.results import GroundingScore
 from pipeline.routing import BELOW_REVIEW_JUDGE, RouteConfig
+from pipeline.scores.check import Level
+from pipeline.scores.grounding import CLAIM_READER, GroundingModel, reads_claims
 from pipeline.switch import SwitchAction, SwitchDecision
 
 __all__ = ["defer_to_judge", "reader_score", "veto_judge_yes"]

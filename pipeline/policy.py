@@ -21,10 +21,10 @@ from typing import Any
 from pipeline.attach import AttachMapping
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
-from pipeline.grounding import GroundingModel
 from pipeline.judge import JudgeConfig
 from pipeline.routing import Mode, RouteConfig
 from pipeline.rules import RulesConfig
+from pipeline.scores.grounding import GroundingModel
 from pipeline.switch import GroundingSwitch, SwitchAction, parse_on_reject
 from pipeline.thresholds import LONG_CUTS, Thresholds
 from pipeline.validation import real

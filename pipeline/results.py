@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from pipeline.claims import ClaimSupport
+    from pipeline.claims.units import ClaimSupport
 
 Method = Literal["sgi", "dgi"]
 
@@ -55,7 +55,7 @@ class DGIResult:
 class GroundingScore:
     """P(grounded) for one response, with the SGI and the features it came from.
 
-    Produced by `pipeline.grounding.score_grounding` when the policy carries a grounding
+    Produced by `pipeline.scores.grounding.score_grounding` when the policy carries a grounding
     model; the switch routes on `value` with the grounding cuts.
     """
 

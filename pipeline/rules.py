@@ -11,7 +11,7 @@ Rules
     :data:`RULES` is an explicit tuple of named pure functions
     ``(RuleInput, RulesConfig) -> list[RuleHit]``; adding a rule is one function and one
     entry. ``source_support`` (numbers, names and content words of the response that the
-    context does not contain; see :mod:`pipeline.support`), ``deny_list`` (operator
+    context does not contain; see :mod:`pipeline.claims.support`), ``deny_list`` (operator
     regexes, matched case-insensitively), ``pii`` (e-mail addresses, phone numbers,
     Luhn-valid payment card numbers), ``max_length`` and ``required_fields`` (metadata
     keys that must be present and non-empty). A hit is ``review`` unless its rule is listed
@@ -19,7 +19,7 @@ Rules
 
 Hard facts and opinions (:mod:`pipeline.authority`)
     ``source_support`` makes two kinds of hit. Numbers and names absent from every
-    source are hard facts and block whoever accepted, unless :func:`pipeline.facts.
+    source are hard facts and block whoever accepted, unless :func:`pipeline.claims.facts.
     is_artefact` finds them no claim (a list enumerator, a clock time on the other clock,
     a list item's first word). Those and low content-word coverage are only an
     opinion on support, of the support models' rank: it holds back an accept by geometry
@@ -50,9 +50,9 @@ from types import MappingProxyType
 from pipeline.admission import WorkCaps, admit
 from pipeline.authority import SUPPORT_RANK, Authority, opinion_may_hold
 from pipeline.chunks import context_chunks
+from pipeline.claims.facts import is_artefact
+from pipeline.claims.support import Span, measure_support
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.facts import is_artefact
-from pipeline.support import Span, measure_support
 from pipeline.validation import config_from_table, finite
 
 __all__ = [

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from pipeline.check import LONG_FORM_CUT, Check, Level, Score, check
 from pipeline.errors import PolicyError
-from pipeline.grounding import LONG_FORM
 from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.scores.check import LONG_FORM_CUT, Check, Level, Score, check
+from pipeline.scores.grounding import LONG_FORM
 from pipeline.thresholds import Thresholds
 
 

@@ -99,7 +99,7 @@ class Thresholds:
     def seed(cls) -> Thresholds:
         """The seed's cuts (SGI 1.20 / 0.95, DGI 0.525, P(grounded) 0.80 / 0.50): what the
         core's `check` and `GroundingSwitch` use when given none. The library's public
-        `pipeline.check` / `pipeline.GroundingSwitch` use the shipped policy's instead."""
+        `pipeline.scores.check` / `pipeline.GroundingSwitch` use the shipped policy's instead."""
         return cls()
 
     def to_dict(self) -> dict[str, float]:

@@ -37,7 +37,7 @@ import numpy as np
 from pipeline import defaults as shipped
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.metrics import auroc, youden_j, youden_threshold
-from pipeline.scores import compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
 
 __all__ = [
     "DEFAULT_CUTS",
@@ -356,7 +356,7 @@ def fit_reference_direction(
     """The DGI reference direction μ̂ from embeddings of verified grounded pairs.
 
     μ̂ = normalise(mean over pairs of normalise(φ(r) − φ(q))), where φ is the
-    L2-normalised embedding (as `pipeline.scores.dgi_from_embeddings` uses). Rows whose
+    L2-normalised embedding (as `pipeline.scores.geometric.dgi_from_embeddings` uses). Rows whose
     embeddings are zero or not finite, or whose displacement is zero, are skipped.
     Returns a float64 unit vector.
 

@@ -9,7 +9,7 @@ Why it exists
     give — so the reader learns on the inputs it will see.
 
 Evidence
-    The premise is read as a context (:func:`pipeline.claims.context_statements`: prose
+    The premise is read as a context (:func:`pipeline.claims.units.context_statements`: prose
     sentences, or ``"path: value"`` for a JSON premise such as InfoTabs' infobox), cut
     into the stage's windows, and the claim's ``DEFAULT_CANDIDATES`` best windows by the
     lexical ranking are joined in context order — exactly how the claim stage builds a
@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.claims import DEFAULT_CANDIDATES, rank_windows, split_windows
+from pipeline.claims.units import DEFAULT_CANDIDATES, rank_windows, split_windows
 
 __all__ = ["CLAIM_SETS", "ClaimPair", "evidence_for", "load_claim_sets", "table_context"]
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.chunks import context_chunks
-from pipeline.claims import context_statements, split_claims, strip_lead_in
+from pipeline.claims.units import context_statements, split_claims, strip_lead_in
 from pipeline.errors import DataFileError
 
 __all__ = [

@@ -1,8 +1,8 @@
-"""Fitting P(grounded): the logistic model over `pipeline.grounding.FEATURES` and its cuts.
+"""Fitting P(grounded): the logistic model over `pipeline.scores.grounding.FEATURES` and its cuts.
 
 `groundstream calibrate` fits the model on labelled feature rows and writes it, with its
 accept / review cuts and in-sample and cross-validated figures, into a policy file; the
-runtime (`pipeline.grounding`) only applies the fitted model. Deterministic: Newton's
+runtime (`pipeline.scores.grounding`) only applies the fitted model. Deterministic: Newton's
 method from zero, folds chosen by a hash of the context.
 """
 
@@ -18,7 +18,7 @@ from pipeline.domain import Domain
 from pipeline.errors import ScoringError
 from pipeline.fit.calibrate import check_accept_error, strong_pass_cut
 from pipeline.fit.metrics import auroc, youden_threshold
-from pipeline.grounding import FEATURES, LONG_FORM, GroundingModel
+from pipeline.scores.grounding import FEATURES, LONG_FORM, GroundingModel
 
 
 def fit_logistic(

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.admission import WorkCaps, admit
-from pipeline.check import check
-from pipeline.claims import ClaimSupport
+from pipeline.claims.units import ClaimSupport
 from pipeline.domain import task_of
 from pipeline.policy import UNKNOWN_ROUTE, Policy
 from pipeline.provenance import ContextEvidence
 from pipeline.results import DGIResult, GroundingScore, SGIResult, score_record
 from pipeline.routing import Mode, RouteConfig, expired
+from pipeline.scores.check import check
 from pipeline.stages.inputs import CandidateView, evidence_context
 from pipeline.stages.verdict import DEADLINE, SCORED, SKIP, Verdict, hold
 from pipeline.thresholds import Thresholds

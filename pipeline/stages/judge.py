@@ -10,7 +10,6 @@ The verdict routes on `pipeline.judge.JudgeVerdict` (a clear no on the route's
 from __future__ import annotations
 
 from pipeline.deferral import reader_score, veto_judge_yes
-from pipeline.grounding import GroundingModel
 from pipeline.judge import (
     JudgeConfig,
     JudgeReadout,
@@ -20,6 +19,7 @@ from pipeline.judge import (
 )
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
+from pipeline.scores.grounding import GroundingModel
 from pipeline.stages.verdict import HOLD, Verdict, hold
 from pipeline.switch import SwitchAction
 

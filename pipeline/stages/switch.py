@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.deferral import defer_to_judge, reader_score
-from pipeline.grounding import GroundingModel
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
+from pipeline.scores.grounding import GroundingModel
 from pipeline.sessions import SessionState, enter, leave
 from pipeline.stages.inputs import CandidateView
 from pipeline.stages.verdict import ASK_JUDGE, Verdict, hold

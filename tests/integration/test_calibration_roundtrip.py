@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.check import check
 from pipeline.policy import load_policy
 from pipeline.results import SGIResult
+from pipeline.scores.check import check
 from topics.codec import loads
 
 from .harness import FIXTURES, cli, worker_env

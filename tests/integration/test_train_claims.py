@@ -82,7 +82,7 @@ def test_train_claims_trains_checkpoints_resumes_and_ships_an_int8_reader(tmp_pa
 
     # Serving: ONNX Runtime and tokenizers only.
     probe = (
-        "import sys; from pipeline.claim_reader import ClaimReader;"
+        "import sys; from pipeline.claims.reader import ClaimReader;"
         f"r = ClaimReader({str(out)!r});"
         "p = r.probability([('A car is parked.', 'The red car is parked.'), ('x', '')]);"
         "assert p.shape == (2,) and ((p > 0) & (p < 1)).all(), p;"

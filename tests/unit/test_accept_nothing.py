@@ -9,13 +9,13 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.check import Level, check
 from pipeline.errors import PolicyError
 from pipeline.fit.grounding import fit_grounding
-from pipeline.grounding import FEATURES
 from pipeline.policy import parse_policy
 from pipeline.records import make_record, verify_chain
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.check import Level, check
+from pipeline.scores.grounding import FEATURES
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import Thresholds
 

@@ -8,10 +8,10 @@ import pytest
 from pipeline.authority import Authority, accepted_by, opinion_may_hold
 from pipeline.deferral import defer_to_judge, reader_score, veto_judge_yes
 from pipeline.errors import PolicyError
-from pipeline.grounding import CLAIM_READER, GroundingModel
 from pipeline.results import GroundingScore, SGIResult
 from pipeline.routing import RouteConfig
 from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
+from pipeline.scores.grounding import CLAIM_READER, GroundingModel
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import Thresholds
 

@@ -17,7 +17,7 @@ from pipeline.fit.calibrate import (
     fit_thresholds,
     fit_thresholds_from_scores,
 )
-from pipeline.scores import compute_dgi_batch, compute_sgi_batch, dgi_from_embeddings
+from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch, dgi_from_embeddings
 from pipeline.thresholds import Thresholds
 
 

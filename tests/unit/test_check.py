@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.check import Check, Level, check
 from pipeline.errors import PolicyError
-from pipeline.grounding import LONG_FORM
 from pipeline.policy import _thresholds
 from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.scores.check import Check, Level, check
+from pipeline.scores.grounding import LONG_FORM
 from pipeline.switch import GroundingSwitch
 from pipeline.thresholds import Thresholds
 

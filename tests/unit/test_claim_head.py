@@ -1,11 +1,11 @@
-"""The claim-support head and its pair features (pipeline.claim_head): numpy only, no model."""
+"""The claim-support head and its pair features (pipeline.claims.head): numpy only, no model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead, assess, pair_features, prepare_pairs
+from pipeline.claims.head import LEXICAL_FEATURES, ClaimHead, assess, pair_features, prepare_pairs
 from pipeline.errors import ScoringError
 
 DIM = 4

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from pipeline.claim_head import read, reader_input
+from pipeline.claims.head import read, reader_input
 from pipeline.errors import ScoringError
-from pipeline.grounding import CLAIM_READER, FEATURES, GroundingModel, reads_claims
-from pipeline.scoring import claim_reader_batch, measure_batch
+from pipeline.scores.batch import claim_reader_batch, measure_batch
+from pipeline.scores.grounding import CLAIM_READER, FEATURES, GroundingModel, reads_claims
 
 
 class _HashEncoder:

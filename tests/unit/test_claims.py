@@ -1,11 +1,11 @@
-"""Claims, windows and their bookkeeping (pipeline.claims): pure, no model."""
+"""Claims, windows and their bookkeeping (pipeline.claims.units): pure, no model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeline.claims import (
+from pipeline.claims.units import (
     Claim,
     Window,
     answer_core,

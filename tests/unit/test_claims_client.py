@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead
+from pipeline.claims.head import LEXICAL_FEATURES, ClaimHead
 from tests.unit.test_claim_head import fake_encode
 from workers.clients.claims import ClaimScorer, head_metadata, load_head
 from workers.eval.train import _save

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.check import check
 from pipeline.domain import Domain, shape_inputs, task_of
 from pipeline.errors import PolicyError
 from pipeline.fit.grounding import fit_grounding
-from pipeline.grounding import FEATURES, GroundingModel, grounding_features, score_grounding
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.check import check
+from pipeline.scores.grounding import FEATURES, GroundingModel, grounding_features, score_grounding
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import Thresholds
 from topics.schema import GeometryPayload

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline.claims import answer_core
+from pipeline.claims.units import answer_core
 from pipeline.policy import parse_policy
 from pipeline.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
 from tests.fixtures.fakes import FakeEncoder

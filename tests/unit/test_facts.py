@@ -1,4 +1,4 @@
-"""Flagged numbers and names that are no claim (pipeline.facts), and what they do in rules:
+"""Flagged numbers and names that are no claim (pipeline.claims.facts), and what they do in rules:
 held by geometry as before, no longer a hard fact under a judge's or a person's accept."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.authority import Authority
-from pipeline.facts import is_artefact
+from pipeline.claims.facts import is_artefact
+from pipeline.claims.support import measure_support
 from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
-from pipeline.support import measure_support
 
 
 def flagged(response: str, context: str, question: str = "") -> dict[str, bool]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.claim_head import LEXICAL_FEATURES, ClaimHead
-from pipeline.claims import ClaimSupport, answer_core
+from pipeline.claims.head import LEXICAL_FEATURES, ClaimHead
+from pipeline.claims.units import ClaimSupport, answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.grounding import accepted_by, fit_grounding, fit_logistic, regime_cuts
 from pipeline.fit.metrics import auroc
-from pipeline.grounding import (
+from pipeline.results import SGIResult
+from pipeline.scores.batch import score_batch
+from pipeline.scores.grounding import (
     BASE_FEATURES,
     CLAIM_SUPPORT,
     FEATURES,
@@ -19,8 +21,6 @@ from pipeline.grounding import (
     grounding_features,
     score_grounding,
 )
-from pipeline.results import SGIResult
-from pipeline.scoring import score_batch
 
 SOURCE = (
     "Porto lies on the Douro river. The old town climbs the northern bank. "

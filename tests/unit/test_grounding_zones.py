@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from pipeline.check import Level, check
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.check import Level, check
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import Thresholds
 

@@ -174,7 +174,7 @@ class TestTheProbe:
 
     def test_reads_the_real_edges(self) -> None:
         edges = graph()
-        assert "pipeline.check" in edges["pipeline.switch"]
+        assert "pipeline.scores.check" in edges["pipeline.switch"]
         assert "pipeline.defaults" in edges["pipeline.fit.calibrate"]  # `from pipeline import`
         assert "pipeline.fit.metrics" in edges["pipeline.fit.grounding"]
 

@@ -41,7 +41,8 @@ def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
         "import pipeline",
         "from pipeline import GroundingSwitch, check, compute_sgi, load_policy",
         "from pipeline import score_candidate, default_policy; default_policy()",
-        "import pipeline.scores, pipeline.switch, pipeline.check, pipeline.records",
+        "import pipeline.scores.geometric, pipeline.switch, pipeline.scores.check",
+        "import pipeline.records",
         "import pipeline.policy, pipeline.routing, pipeline.sessions",
     ],
 )

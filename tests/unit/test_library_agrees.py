@@ -8,8 +8,8 @@ import pytest
 
 import pipeline
 from pipeline import switch as core_switch
-from pipeline.check import check as core_check
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.check import check as core_check
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, R_MIDDLE, VECTORS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from pipeline import support
+from pipeline.claims import support
 from pipeline.memo import TextMemo
 
 

@@ -109,10 +109,10 @@ class _Reader:
 def test_the_claim_reader_as_nli_reads_hypothesis_as_claim_and_premise_as_evidence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import pipeline.claim_reader
+    import pipeline.claims.reader
     from workers.clients.nli import ReaderSimilarity
 
-    monkeypatch.setattr(pipeline.claim_reader, "ClaimReader", _Reader)
+    monkeypatch.setattr(pipeline.claims.reader, "ClaimReader", _Reader)
     sim = ReaderSimilarity(Path("unused"))
     m = sim.matrix(["the shop closes at six", "closes at six", "dogs bark"])
     # "closes at six" is wholly inside the first text, not the other way round; both
@@ -126,13 +126,13 @@ def test_the_claim_reader_as_nli_reads_hypothesis_as_claim_and_premise_as_eviden
 def test_a_trained_reader_directory_is_the_nli_model_and_reader_without_one_says_how(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import pipeline.claim_reader
+    import pipeline.claims.reader
     from workers.clients.nli import ReaderSimilarity, load_nli
 
-    monkeypatch.setattr(pipeline.claim_reader, "ClaimReader", _Reader)
-    monkeypatch.setattr(pipeline.claim_reader, "bundled_reader_dir", lambda: tmp_path / "none")
+    monkeypatch.setattr(pipeline.claims.reader, "ClaimReader", _Reader)
+    monkeypatch.setattr(pipeline.claims.reader, "bundled_reader_dir", lambda: tmp_path / "none")
     (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / pipeline.claim_reader.MODEL_FILE).write_bytes(b"onnx")
+    (tmp_path / "mine" / pipeline.claims.reader.MODEL_FILE).write_bytes(b"onnx")
     load_nli.cache_clear()
     try:
         assert isinstance(load_nli(str(tmp_path / "mine")), ReaderSimilarity)

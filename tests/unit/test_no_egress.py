@@ -7,11 +7,11 @@ import socket
 import numpy as np
 import pytest
 
-from pipeline.check import Level, check
 from pipeline.consistency import decide_consistency
 from pipeline.policy import parse_policy
 from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
-from pipeline.scores import compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.check import Level, check
+from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
 from pipeline.switch import GroundingSwitch, SwitchAction
 from pipeline.thresholds import SGI_DEGENERATE, Thresholds
 from tests.fixtures.fakes import FakeEncoder

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.grounding import CLAIM_READER, FEATURES
 from pipeline.policy import parse_policy
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.grounding import CLAIM_READER, FEATURES
 from tests.fakes.openai_server import FakeOpenAIServer, Verdict
 from topics.codec import loads
 from topics.names import Topic

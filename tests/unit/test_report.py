@@ -291,8 +291,8 @@ def test_outcome_topics_cover_the_ladder() -> None:
 
 
 def test_library_sgi_is_compute_sgi_of_the_whole_response() -> None:
-    from pipeline.claims import answer_core
-    from pipeline.scores import compute_sgi_batch
+    from pipeline.claims.units import answer_core
+    from pipeline.scores.geometric import compute_sgi_batch
     from tests.fixtures.fakes import HashEncoder
     from workers.eval.evaluation import library_sgi
 

@@ -10,8 +10,8 @@ import pytest
 
 from pipeline.errors import ScoringError
 from pipeline.fit.claims_data import reviewed_examples
-from pipeline.grounding import FEATURES, GroundingModel
 from pipeline.records import make_record
+from pipeline.scores.grounding import FEATURES, GroundingModel
 from pipeline.thresholds import Thresholds
 from tests.fixtures.fakes import HashEncoder
 from workers.eval.reviewed import (

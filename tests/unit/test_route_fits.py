@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.grounding import FEATURES
 from pipeline.policy import load_policy, parse_policy
 from pipeline.results import GroundingScore, SGIResult
+from pipeline.scores.grounding import FEATURES
 from pipeline.switch import SwitchAction
 from tests.fixtures.fakes import FakeEncoder, HashEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, VECTORS

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.claims.support import Span
 from pipeline.errors import PolicyError
 from pipeline.rules import (
     PII_KINDS,
@@ -23,7 +24,6 @@ from pipeline.rules import (
     evaluate_rules,
     luhn_valid,
 )
-from pipeline.support import Span
 
 CONTEXT = ("Acme keeps deleted files for 30 days on the Business plan. Support is in Lisbon.",)
 QUESTION = "What is the retention policy?"

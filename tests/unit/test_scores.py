@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.errors import ScoringError
 from pipeline.results import DGIResult, SGIResult
-from pipeline.scores import (
+from pipeline.scores.geometric import (
     as_chunks,
     compute_dgi,
     compute_dgi_batch,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.claims.support import Span, SupportReport, measure_support, stem
 from pipeline.errors import ScoringError
-from pipeline.support import Span, SupportReport, measure_support, stem
 
 CONTEXT = (
     "Acme Cloud keeps deleted files for 30 days on the Business plan. "

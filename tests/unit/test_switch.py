@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.check import Check, Level, check
 from pipeline.errors import PolicyError
 from pipeline.results import DGIResult, SGIResult
+from pipeline.scores.check import Check, Level, check
 from pipeline.switch import ON_REJECT_ACTIONS, GroundingSwitch, SwitchAction, SwitchDecision
 from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 

@@ -5,7 +5,7 @@ each answer's claims and the context's statements are encoded and every claim is
 against its candidate windows by the claim head, and read by the claim reader (ONNX) when
 the policy's model weighs it. This bench measures what that costs on
 RAGTruth answers (or synthetic RAG candidates when `../shared/data` is absent): the same
-candidates scored in batches of 64 by `pipeline.scoring.score_batch` under the shipped
+candidates scored in batches of 64 by `pipeline.scores.batch.score_batch` under the shipped
 policy, once with the claim head and once without, each side in a fresh process (its own
 encoder cache) so the two cannot help each other. Kafka is left out on purpose: both sides
 would pay the same transport, and the question is the scoring's rate and memory. The
@@ -50,7 +50,7 @@ def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, 
     from pipeline.defaults import default_claim_head, default_claim_reader, default_policy
     from pipeline.domain import task_of
     from pipeline.encoder import load_encoder
-    from pipeline.scoring import score_batch
+    from pipeline.scores.batch import score_batch
 
     policy = default_policy()
     encoder = load_encoder(policy.encoder_model, backend)

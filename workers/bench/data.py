@@ -189,9 +189,9 @@ def texts_per_stage_batch(encoder: Any, candidates: list[dict], batch_size: int)
     context's windows, and, when the shipped policy reads claim support, the answer's claims
     and the context's statements (what the claim head reads). The raw-encoder side of
     `bench geometry` and `bench latency`."""
-    from pipeline.claims import answer_core, context_statements, split_claims
+    from pipeline.claims.units import answer_core, context_statements, split_claims
     from pipeline.defaults import default_policy
-    from pipeline.grounding import reads_claims
+    from pipeline.scores.grounding import reads_claims
 
     model = default_policy().grounding
     claims = model is not None and reads_claims(model)

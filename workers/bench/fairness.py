@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.admission import WorkCaps
-from pipeline.claims import split_claims
+from pipeline.claims.units import split_claims
 from topics.names import Topic
 from workers.bench.data import TextSource, candidate, unique_candidates
 from workers.bench.kafka import decided_by, through

@@ -8,7 +8,7 @@ latency runs from its send to its arrival on `state` (read_committed).
 The goal is relative to the model, per candidate: its latency <= 2 x one encode of that
 candidate + 50 ms. One encode is the encoder time the geometry stage spends on that
 candidate alone, measured in this process before the workers start: the candidate scored
-as the stage scores it (`pipeline.scoring.score_batch`, the shipped policy and claim head)
+as the stage scores it (`pipeline.scores.batch.score_batch`, the shipped policy and claim head)
 with an empty cache, timing only the encoder's model calls. (Until 2026-12-01 it was one
 `encode_uncached` of all the candidate's texts at once: one model batch padded to its
 longest window, about three times what the stage spends, since the stage encodes the
@@ -66,7 +66,7 @@ def encode_ms(rows: list[dict]) -> dict[str, float]:
     """Milliseconds of encoder time the geometry stage spends on each candidate alone, by id."""
     from pipeline.domain import task_of
     from pipeline.encoder import load_encoder
-    from pipeline.scoring import score_batch
+    from pipeline.scores.batch import score_batch
     from topics.schema import candidate_from_dict
     from workers.clients.claims import load_head
     from workers.runtime.settings import Settings

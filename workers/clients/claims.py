@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 import pipeline
-from pipeline.claim_head import ClaimHead, assess, pair_features, read_head
-from pipeline.claims import ClaimSupport, context_statements
-from pipeline.support import measure_support
+from pipeline.claims.head import ClaimHead, assess, pair_features, read_head
+from pipeline.claims.support import measure_support
+from pipeline.claims.units import ClaimSupport, context_statements
 
 __all__ = ["DEFAULT_HEAD_DIR", "ClaimScorer", "head_metadata", "load_head", "load_scorer"]
 

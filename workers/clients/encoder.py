@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from pipeline.encoder import load_encoder
-from pipeline.scores import Encoder
+from pipeline.scores.geometric import Encoder
 from workers.interfaces import StageContext
 
 _LOADING = threading.Lock()

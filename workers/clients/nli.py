@@ -4,7 +4,7 @@ Two texts mean the same when each entails the other: the similarity of a pair is
 smaller of the two entailment probabilities, so `consistency.same_meaning` reads as "both
 directions entailed with at least this probability". GROUNDSTREAM_NLI_MODEL names the
 model, loaded once per process: a claim reader trained here (`groundstream train claims`'s
-output directory, or ``reader`` for one shipped in the package; `pipeline.claim_reader`,
+output directory, or ``reader`` for one shipped in the package; `pipeline.claims.reader`,
 ONNX Runtime, no torch), or a local sentence-transformers CrossEncoder directory (needs
 torch).
 """
@@ -68,7 +68,7 @@ class ReaderSimilarity:
     finds claim j supported by evidence i."""
 
     def __init__(self, model_dir: Path) -> None:
-        from pipeline.claim_reader import ClaimReader
+        from pipeline.claims.reader import ClaimReader
 
         self.reader = ClaimReader(model_dir)
 
@@ -81,7 +81,7 @@ def load_nli(model_path: str) -> NliSimilarity | ReaderSimilarity:
     """`reader` (the claim reader shipped in the package), a directory `groundstream train
     claims` wrote (it holds ``reader.onnx``), or a sentence-transformers CrossEncoder
     directory."""
-    from pipeline.claim_reader import MODEL_FILE, bundled_reader_dir
+    from pipeline.claims.reader import MODEL_FILE, bundled_reader_dir
 
     directory = bundled_reader_dir() if model_path == READER else Path(model_path)
     if (directory / MODEL_FILE).is_file():

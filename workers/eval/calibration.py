@@ -33,11 +33,11 @@ from pipeline.fit.calibrate import (
     fit_thresholds_from_scores,
 )
 from pipeline.fit.grounding import GroundingFit, fit_grounding
-from pipeline.grounding import FEATURES, grounding_features
 from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL
-from pipeline.scores import compute_dgi_batch, mean_embedding
-from pipeline.scoring import measure_batch
+from pipeline.scores.batch import measure_batch
+from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
+from pipeline.scores.grounding import FEATURES, grounding_features
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]

@@ -10,7 +10,7 @@ from pipeline.chunks import context_chunks
 from pipeline.domain import task_of
 from pipeline.fit.claims_data import rephrase_as_assistant
 from pipeline.policy import Policy
-from pipeline.scores import Encoder, compute_sgi_batch
+from pipeline.scores.geometric import Encoder, compute_sgi_batch
 from workers.clients.encoder import stage_encoder
 from workers.eval.datasets import load_labelled
 from workers.eval.report import summarize, write_report
@@ -23,7 +23,7 @@ def library_sgi(candidates: list[dict[str, Any]], encoder: Encoder) -> dict[str,
     context — for each candidate with a question, a context and a response (by id).
 
     The geometry stage records another score under method `sgi`: SGI of the answer's core
-    (`pipeline.claims.answer_core`), which the grounding model reads. The report names
+    (`pipeline.claims.units.answer_core`), which the grounding model reads. The report names
     that one `core_sgi`, so `auroc_sgi` is the library's SGI and nothing else."""
     scorable = [
         c

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.claim_reader import META_FILE, MODEL_FILE, TOKENIZER_FILE, ClaimReader
+from pipeline.claims.reader import META_FILE, MODEL_FILE, TOKENIZER_FILE, ClaimReader
 from pipeline.encoder import default_model_path
 from pipeline.fit.claim_sets import CLAIM_SETS, ClaimPair, load_claim_sets
 from pipeline.fit.metrics import auroc

@@ -11,7 +11,7 @@ What the figures mean (``grounded`` = the label says the answer is right):
 * ``auroc_sgi``: separation of the library's SGI (`pipeline.compute_sgi`: the whole
   response against its context), given to `summarize` by the caller.
   ``auroc_core_sgi``: of the SGI the geometry stage records, that of the answer's core
-  (`pipeline.claims.answer_core`: what the grounding model reads; a different score).
+  (`pipeline.claims.units.answer_core`: what the grounding model reads; a different score).
   ``auroc_dgi`` / ``auroc_grounding_probability``: of the geometry record's DGI score (or
   its ``evidence.grounding_probability``). Each is None when the score saw fewer than
   two classes. ``length_matched_auroc_*``: the same compared only within response-length

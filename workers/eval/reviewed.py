@@ -31,9 +31,9 @@ from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
 from pipeline.fit.grounding import operating_point, regime_cuts
-from pipeline.grounding import LONG_FORM, GroundingModel, grounding_features
 from pipeline.policy import load_policy
-from pipeline.scoring import measure_batch
+from pipeline.scores.batch import measure_batch
+from pipeline.scores.grounding import LONG_FORM, GroundingModel, grounding_features
 from pipeline.thresholds import Thresholds
 from topics.codec import dumps, loads
 from topics.names import Topic

@@ -4,7 +4,7 @@ What it does
     Reads the labelled files (RAGTruth span labels, BEGIN), adds synthetic FactCC-style and
     JSON field examples drawn from their contexts, embeds every claim and context statement
     with the bundled sentence encoder (cached on disk by content hash, so a rerun embeds
-    nothing twice), and trains the small pair head of :mod:`pipeline.claim_head` with a
+    nothing twice), and trains the small pair head of :mod:`pipeline.claims.head` with a
     fixed seed. It prints group-wise cross-validated figures (every context is scored by a
     model that never saw it), the answer-level figures per task, and HaluEval QA as given and
     rephrased the way an assistant writes (never trained on), then writes the head
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.claim_head import ClaimHead, prepare_pairs
-from pipeline.claims import summarise
+from pipeline.claims.head import ClaimHead, prepare_pairs
+from pipeline.claims.units import summarise
 from pipeline.fit.claims_data import (
     REPHRASE_STYLES,
     ClaimExample,

@@ -17,7 +17,7 @@ from pipeline.domain import task_of
 from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import deadline_for
-from pipeline.scoring import score_batch
+from pipeline.scores.batch import score_batch
 from pipeline.stages import geometry
 from pipeline.stages.inputs import evidence_context
 from topics.names import Topic

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pipeline.grounding import LONG_FORM
 from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
+from pipeline.scores.grounding import LONG_FORM
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
 from workers.interfaces import ControlState

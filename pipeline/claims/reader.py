@@ -1,7 +1,7 @@
 """The claim reader: a cross-encoder that reads a claim and its evidence together.
 
 Why it exists
-    The claim head (:mod:`pipeline.claim_head`) sees a claim and a window only through
+    The claim head (:mod:`pipeline.claims.head`) sees a claim and a window only through
     frozen sentence embeddings and word overlap, so it cannot read a relation: the right
     entity in the wrong role, a swapped number, a value read from the wrong key. The
     reader is the bundled all-MiniLM-L6-v2 fine-tuned by ``groundstream train claims`` as

@@ -5,13 +5,13 @@ context exists the geometry stage also measures what the source supports of what
 response *says* — content-word coverage, the weakest sentences, unsupported words,
 numbers and names, phrase-level (n-gram) support, local support (whether each sentence's
 words sit together in a few neighbouring source sentences) and the claim-support head's
-score of the weakest claim (`pipeline.claim_head`) — and a logistic model fitted by
+score of the weakest claim (`pipeline.claims.head`) — and a logistic model fitted by
 `groundstream calibrate` turns these into one probability. The switch routes on it with
 the same three zones as SGI (`Thresholds.grounding_accept` / `grounding_review`, and the
 long-form pair for long answers).
 
 Content, not form. Every feature but claim support is measured on the answer's *core*
-(`pipeline.claims.answer_core`): what a one-sentence answer adds to its question, without
+(`pipeline.claims.units.answer_core`): what a one-sentence answer adds to its question, without
 the assistant's framing. In the public data right answers are short copied spans and
 hallucinated ones fluent sentences; a model fed whole sentences learned that artefact and
 sent "The capital of Australia is Canberra." to fallback while "Canberra" was accepted.
@@ -26,17 +26,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.claims import ClaimSupport
+from pipeline.claims.support import measure_support, ngram_precision
+from pipeline.claims.units import ClaimSupport
 from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
 from pipeline.results import GroundingScore, SGIResult
-from pipeline.support import measure_support, ngram_precision
 
 CLAIM_SUPPORT = "claim_support"
 """The claim head's P(supported) of the response's weakest claim (0 when it was not
 measured: no claim-support evidence is no evidence of support)."""
 CLAIM_READER = "claim_reader"
-"""The claim reader's (`pipeline.claim_reader`) P(supported) of the response's weakest
+"""The claim reader's (`pipeline.claims.reader`) P(supported) of the response's weakest
 claim, each claim read against its candidate windows (0 when it was not measured)."""
 BASE_FEATURES: tuple[str, ...] = (
     "log_sgi",
@@ -73,7 +73,7 @@ WEAK_SENTENCE = 0.8
 """A sentence whose content words the source covers less than this is weak."""
 WEAK_LOCAL = 0.6
 """A sentence whose words no few neighbouring source sentences cover this much is weak
-locally (see `pipeline.support.LOCAL_WINDOW`)."""
+locally (see `pipeline.claims.support.LOCAL_WINDOW`)."""
 
 
 def grounding_features(
@@ -84,10 +84,10 @@ def grounding_features(
     claim: ClaimSupport | None = None,
     reader: ClaimSupport | None = None,
 ) -> dict[str, float]:
-    """The model's inputs for one response (its core, see `pipeline.claims.answer_core`,
+    """The model's inputs for one response (its core, see `pipeline.claims.units.answer_core`,
     with `sgi` measured on the same text); pure and deterministic given `claim` (the claim
-    head's reading of the whole response, `pipeline.claim_head.assess`) and `reader` (the
-    claim reader's, `pipeline.claim_head.read`)."""
+    head's reading of the whole response, `pipeline.claims.head.assess`) and `reader` (the
+    claim reader's, `pipeline.claims.head.read`)."""
     report = measure_support(response, context, question)
     trigram = ngram_precision(response, context, 3)
     numbers = min(len(report.unsupported_numbers), _CAP)

@@ -1,7 +1,7 @@
 """The geometry stage's score for a batch of answers: one function for the workers and the
 library alike, so `pipeline.score_candidate` and the stage cannot drift apart.
 
-With a context an answer gets SGI of its core (`pipeline.claims.answer_core`), combined
+With a context an answer gets SGI of its core (`pipeline.claims.units.answer_core`), combined
 with source and claim support into P(grounded) when a grounding model is given; without
 one it gets DGI against the reference direction μ̂, or a flagged DGI when there is none
 (fail safe: a flagged score never accepts). Pure: the encoder, μ̂ and the model are arguments.
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.claim_head import ClaimHead, PairReader, assess, reader_input
-from pipeline.claims import ClaimSupport, answer_core, context_statements, split_claims
-from pipeline.grounding import CLAIM_READER, GroundingModel, reads_claims, score_grounding
+from pipeline.claims.head import ClaimHead, PairReader, assess, reader_input
+from pipeline.claims.units import ClaimSupport, answer_core, context_statements, split_claims
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.scores import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.geometric import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.grounding import CLAIM_READER, GroundingModel, reads_claims, score_grounding
 
 NO_REFERENCE = "no reference direction in the policy"
 

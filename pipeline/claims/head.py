@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.claims import (
+from pipeline.claims.support import measure_support
+from pipeline.claims.units import (
     DEFAULT_CANDIDATES,
     ClaimSupport,
     context_statements,
@@ -41,7 +42,6 @@ from pipeline.claims import (
     summarise,
 )
 from pipeline.errors import ScoringError
-from pipeline.support import measure_support
 
 __all__ = [
     "LEXICAL_FEATURES",
@@ -75,7 +75,7 @@ _NEGATION_RE = re.compile(r"\b(?:not|no|never|none|neither|nor|without)\b|n't\b"
 Encode = Callable[[Sequence[str]], np.ndarray]
 """Texts to embedding rows (the sentence encoder's ``encode``)."""
 PairReader = Callable[[Sequence[tuple[str, str]]], np.ndarray]
-"""(claim, evidence) pairs to P(supported) (the claim reader, :mod:`pipeline.claim_reader`)."""
+"""(claim, evidence) pairs to P(supported) (the claim reader, :mod:`pipeline.claims.reader`)."""
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ Why it exists
     trained model) lives in the worker shell and hands its pair scores back here.
 
 Units
-    * A *claim* is a response sentence (the same split :mod:`pipeline.support` uses), or a
+    * A *claim* is a response sentence (the same split :mod:`pipeline.claims.support` uses), or a
       clause of one when the sentence joins several with ``;`` or ``and``/``but`` and each
       side has a verb of its own ("Canberra is the capital, and Sydney is its largest
       city" is two claims; "salt and pepper" is not split). Sentences that state nothing
@@ -26,7 +26,7 @@ Failure posture
     Pure and deterministic: no model, no clock, no I/O, no torch. A response with no claims
     yields a :class:`ClaimSupport` of score 1.0 with no weakest claim (it claims nothing the
     context could contradict); callers that must refuse empty answers check emptiness
-    themselves, as with :func:`pipeline.support.measure_support`. Mismatched shapes between
+    themselves, as with :func:`pipeline.claims.support.measure_support`. Mismatched shapes between
     the claims, their candidates and the pair scores raise :class:`ScoringError`.
 """
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.chunks import context_chunks
+from pipeline.claims.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
 from pipeline.errors import ScoringError
 from pipeline.memo import text_memo
-from pipeline.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
 
 __all__ = [
     "DEFAULT_CANDIDATES",

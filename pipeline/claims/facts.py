@@ -1,6 +1,6 @@
 """Which unsupported numbers and names are claims, and which are the detector's artefacts.
 
-:func:`pipeline.support.measure_support` flags every number and every capitalised run of
+:func:`pipeline.claims.support.measure_support` flags every number and every capitalised run of
 the response that the source does not contain. Most are claims — a swapped year, an
 invented person — and those are hard facts no model may overrule. Some are not claims at
 all, and an answer a judge or a person accepted should not be held on them:
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pipeline.support import Span, measure_support
+from pipeline.claims.support import Span, measure_support
 
 __all__ = ["is_artefact"]
 

@@ -1,0 +1,9 @@
+"""Claim support: how far the context backs what an answer claims.
+
+* `units.py` — the units read: an answer's claims and core, the context's passage windows.
+* `support.py` — lexical source support, word by word (the rules' `source_support` and a
+  grounding feature).
+* `facts.py` — which unsupported numbers and names are claims, and which are artefacts.
+* `head.py` — the claim head: pair features and the small model giving P(supported).
+* `reader.py` — the claim reader: a cross-encoder over a claim and its evidence.
+"""
