@@ -18,9 +18,9 @@ from tests.integration.conftest import consume_all, produce
 from tests.integration.harness import cli, worker_env
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
+from workers.runtime import review
 from workers.runtime.review import AlreadyDecided, decide, pending
 from workers.runtime.settings import Settings
-from workers.stages import review
 
 REVIEWERS = ("alice", "bob", "carol", "dave")
 OUT = [t for t in Topic if t not in (Topic.CONTROL, Topic.DECISIONS, Topic.REVIEW)]
