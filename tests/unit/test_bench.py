@@ -81,8 +81,20 @@ def test_result_line_says_figure_goal_verdict_and_memory():
     assert latency.meets and "goal <= 120ms: met" in latency.line()
 
 
+def test_a_result_held_to_a_second_goal_meets_only_both():
+    both = Result("geometry", 1.4, 1.3, "x", also={"stage/raw onnx": (0.97, 0.95)})
+    assert both.meets
+    assert both.line().startswith(
+        "bench geometry: 1.40x (goal >= 1.3x, and stage/raw onnx 0.97 >= 0.95: met)"
+    )
+    short = Result("geometry", 1.4, 1.3, "x", also={"stage/raw onnx": (0.9, 0.95)})
+    assert not short.meets and "0.90 >= 0.95: NOT met" in short.line()
+
+
 def test_memory_goals_and_peak_of_this_process():
     assert memory_goal("geometry[torch]") == 1024 * MIB and memory_goal("switch") == 250 * MIB
+    assert memory_goal("geometry[onnx]") == 400 * MIB
+    assert memory_goal("geometry scoring + claims") == 1024 * MIB
     assert descendants(os.getpid())[0] == os.getpid()
     peak = vm_hwm(os.getpid())
     assert peak is not None and peak > 10 * MIB
