@@ -182,3 +182,31 @@ def test_the_audit_recorder_under_worker_all_is_named_in_the_memory_report():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_stage_profile_sees_the_encoder_thread_and_times_a_part():
+    import asyncio
+    import cProfile
+    import pstats
+    import threading
+
+    from workers.bench.stage_profile import _Inline, _seconds
+
+    async def where() -> int:
+        asyncio.get_running_loop().set_default_executor(_Inline(1))
+        return await asyncio.to_thread(threading.get_ident)
+
+    assert asyncio.run(where()) == threading.get_ident()
+
+    def nested(depth: int) -> int:
+        return 0 if depth == 0 else 1 + nested(depth - 1)
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    nested(50)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    outer = _seconds(stats, r"test_bench\.py:nested$")
+    total = sum(v[3] for k, v in stats.stats.items())  # type: ignore[attr-defined]
+    assert 0 < outer <= total
+    assert _seconds(stats, r"no such function$") == 0

@@ -23,7 +23,6 @@ from multiprocessing import get_context
 
 from pipeline.chunks import context_chunks
 from workers.bench.data import RAGTRUTH_DEV, ragtruth, unique_candidates
-from workers.bench.procs import MIB
 from workers.bench.report import CLAIMS_MEMORY_GOAL, Result
 
 GOAL = 1 / 3
