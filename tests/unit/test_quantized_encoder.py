@@ -4,6 +4,7 @@ onnx-int8, and named as such in decision records; `encoder compare`'s verdict.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_int8_embeddings_are_close_to_fp32_but_not_equal(cache):
     fp32 = OnnxModel(default_model_path(), cache=cache).encode(texts, 16)
     int8 = OnnxModel(default_model_path(), cache=cache, precision="int8").encode(texts, 16)
     cosine = (fp32 * int8).sum(axis=1)  # both rows are unit length
-    assert cosine.min() >= 0.95 and cosine.mean() >= 0.99  # a broken graph is near 0
+    assert cosine.min() >= 0.98 and cosine.mean() >= 0.99  # measured 0.995, 0.997; broken: ~0
     assert np.abs(fp32 - int8).max() > 1e-3  # quantised, not the fp32 graph again
 
 
@@ -143,3 +144,25 @@ def test_compare_refuses_to_calibrate_on_what_it_measures(tmp_path):
 def test_export_refuses_an_unknown_quantisation():
     done = CliRunner().invoke(main, ["encoder", "export", "--quantize", "int4"])
     assert done.exit_code == 2 and "'int4' is not one of 'none', 'int8'" in done.output
+
+
+def test_static_recipe_writes_a_qdq_graph_calibrated_on_other_texts(cache, tmp_path, monkeypatch):
+    from workers.bench.quantized import static_graph
+
+    monkeypatch.setenv("GROUNDSTREAM_ONNX_DIR", str(cache))
+    calibration = tmp_path / "general.jsonl"
+    rows = [
+        {"ID": i, "user_query": q, "chatgpt_response": r, "hallucination": "no"}
+        for i, (q, r) in enumerate(
+            [("Who wrote Hamlet?", "Shakespeare wrote it."), ("Boiling point?", "100 °C.")]
+        )
+    ]  # no context: the calibration texts are questions and answers
+    calibration.write_text("\n".join(json.dumps(r) for r in rows))
+    fp32 = SentenceEncoder(backend="onnx")
+    graph = static_graph(fp32, calibration, tmp_path)
+    ops = {n.op_type for n in onnx.load(str(graph)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    static = SentenceEncoder(backend="onnx-int8", graph=graph)
+    rows_static = static.encode_uncached(fixture_texts())
+    assert rows_static.shape == (len(fixture_texts()), 384)
+    assert np.isfinite(rows_static).all()

@@ -129,7 +129,8 @@ def _texts(items: Sequence[LabelledCandidate], encoder: SentenceEncoder, n: int)
     out: list[str] = []
     for item in items:
         c = item.candidate
-        for text in (c.get("question"), c.get("response"), *context_chunks(c.get("context"))):
+        chunks = context_chunks(c.get("context")) or ()  # none: a no-source candidate
+        for text in (c.get("question"), c.get("response"), *chunks):
             if isinstance(text, str) and text.strip():
                 out += encoder.windows(text)
         if len(out) >= n:
