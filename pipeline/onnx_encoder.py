@@ -99,6 +99,13 @@ def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp3
     if target.is_file():
         return target
     if precision == "int8":
+        try:
+            import onnx  # noqa: F401  (the quantiser reads the graph with it)
+        except ImportError:  # a runtime without it (the image): say what to run, where
+            raise FileNotFoundError(
+                f"no int8 encoder graph at {target}: run `groundstream encoder export "
+                "--quantize int8` where onnx is installed"
+            ) from None
         return quantize_int8(export_onnx(model_dir, root), target)
     import torch
     from transformers import AutoModel

@@ -166,3 +166,11 @@ def test_static_recipe_writes_a_qdq_graph_calibrated_on_other_texts(cache, tmp_p
     rows_static = static.encode_uncached(fixture_texts())
     assert rows_static.shape == (len(fixture_texts()), 384)
     assert np.isfinite(rows_static).all()
+
+
+def test_a_runtime_without_onnx_is_told_how_to_get_the_int8_graph(tmp_path, monkeypatch):
+    # The image carries onnxruntime but not onnx: a missing int8 graph is one clear error.
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(FileNotFoundError, match="encoder export --quantize int8"):
+        export_onnx(default_model_path(), tmp_path, precision="int8")
+    assert not list(tmp_path.rglob("*.onnx"))  # nothing half-exported either
