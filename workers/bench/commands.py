@@ -66,8 +66,8 @@ def bench() -> None:
     "--backend",
     "backends",
     multiple=True,
-    type=click.Choice(["torch", "onnx"]),
-    help="Encoder backends, in order (default: onnx then torch); the first gives the figure.",
+    type=click.Choice(["onnx-int8", "onnx", "torch"]),
+    help="Encoder backends, in order (default: onnx-int8 then onnx); the first gives the figure.",
 )
 @json_option
 def geometry(
@@ -79,7 +79,7 @@ def geometry(
     from workers.bench import geometry as g
 
     opts = g.Options(
-        bootstrap, n, threads=threads or _cpus(), backends=backends or ("onnx", "torch")
+        bootstrap, n, threads=threads or _cpus(), backends=backends or ("onnx-int8", "onnx")
     )
     _finish(lambda: g.run(opts), json_path)
 

@@ -1,20 +1,20 @@
 """`bench geometry`: the stage over Kafka vs the raw encoder and vs a plain
 sentence-transformers loop, on the same texts, per backend.
 
-For each encoder backend (onnx, then torch), one `groundstream worker geometry` with
-GROUNDSTREAM_ENCODER_BACKEND set, and the candidates cut into rounds. In each round, side A
-is the raw encoder in this process (`encode_uncached`, with the stage's own model batching,
-on exactly the texts the stage embeds, per stage batch, on a worker thread as the stage's
-`asyncio.to_thread`); side B is the worker on the same round's candidates, produced in one
-transaction so that it sees them all at once, timed from then to the last `geometry`
-decision record; side C is what a user would write instead of the stage: one
-`SentenceTransformer(model_dir).encode(texts, batch_size=32)` (fp32 torch, its default
-batch) over the same round's texts, on the same thread as A. The sides alternate (A B C,
-C B A, …: `workers.bench.rounds`) so the machine's drift falls on all three. The figure is
-B/C over all rounds of the first backend (goal >= 1.3), held with B/A of the same backend
-(goal >= 0.95); each round's ratios, the other backend's rates, and each worker's peak
-memory come with it. Every text is unique (the stage's cache cannot help), the same texts
-for both backends and the plain loop.
+For each encoder backend (onnx-int8, then onnx; torch when asked), one `groundstream
+worker geometry` with GROUNDSTREAM_ENCODER_BACKEND set, and the candidates cut into
+rounds. In each round, side A is the raw encoder in this process (`encode_uncached`, with
+the stage's own model batching, on exactly the texts the stage embeds, per stage batch, on
+a worker thread as the stage's `asyncio.to_thread`); side B is the worker on the same
+round's candidates, produced in one transaction so that it sees them all at once, timed
+from then to the last `geometry` decision record; side C is what a user would write
+instead of the stage: one `SentenceTransformer(model_dir).encode(texts, batch_size=32)`
+(fp32 torch, its default batch) over the same round's texts, on the same thread as A. The
+sides alternate (A B C, C B A, …: `workers.bench.rounds`) so the machine's drift falls on
+all three. The figure is B/C over all rounds of the first backend (goal >= 1.3), held with
+B/A of the same backend (goal >= 0.95); each round's ratios, the other backend's rates,
+and each worker's peak memory come with it. Every text is unique (the stage's cache cannot
+help), the same texts for both backends and the plain loop.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Options:
     rounds: int = 4
     batch_size: int = 64
     threads: int = 2
-    backends: tuple[str, ...] = ("onnx", "torch")
+    backends: tuple[str, ...] = ("onnx-int8", "onnx")
     timeout: float = 900.0
 
 

@@ -1,6 +1,6 @@
 """Where the geometry stage's time goes, without Kafka: its `process` under cProfile.
 
-    python -m workers.bench.stage_profile [--backend onnx] [--n 384] [--per-context 1]
+    python -m workers.bench.stage_profile [--backend onnx-int8] [--n 384] [--per-context 1]
 
 The stage decides `bench geometry`'s candidates (or, with `--per-context 5`, `bench
 cache`'s shared contexts) in batches of 64, in this process, with the worker's own
@@ -71,7 +71,7 @@ def _seconds(stats: pstats.Stats, pattern: str) -> float:
     )
 
 
-def profile(backend: str = "onnx", n: int = 384, per_context: int = 1) -> Profile:
+def profile(backend: str = "onnx-int8", n: int = 384, per_context: int = 1) -> Profile:
     from pipeline.encoder import SentenceEncoder
     from workers.bench.geometry import raw_seconds
     from workers.clients.encoder import stage_encoder
@@ -119,7 +119,7 @@ def profile(backend: str = "onnx", n: int = 384, per_context: int = 1) -> Profil
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("torch", "onnx"), default="onnx")
+    parser.add_argument("--backend", choices=("torch", "onnx", "onnx-int8"), default="onnx-int8")
     parser.add_argument("--n", type=int, default=384)
     parser.add_argument("--per-context", type=int, default=1)
     args = parser.parse_args()
