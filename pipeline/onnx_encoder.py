@@ -7,6 +7,12 @@ from the model directory's weights to ONNX (that step needs torch and `onnx`), c
 only `onnxruntime` and `tokenizers`. Pooling (mean over the attention mask) and the L2
 normalisation are the model's own sentence-transformers modules, done here in numpy; the
 embeddings equal the torch path's to within 1e-4 cosine (tests/unit/test_onnx_encoder.py).
+
+`precision="int8"` loads the same graph quantised by `pipeline.quantize` (dynamic, per
+channel, the feed-forward output layers kept fp32), cached beside the fp32 file under a
+name of its own. It is about twice as fast and *not* as exact: measured by `groundstream
+encoder compare`, it misses the quality bar (docs/performance.md, "Quantised encoder"),
+so it is opt-in (GROUNDSTREAM_ENCODER_BACKEND=onnx-int8).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +30,13 @@ EXPORT_VERSION = "1"
 """Part of the cache key: bump when the exported graph changes."""
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+PRECISIONS = ("fp32", "int8")
+INT8_RECIPE = "1"
+"""Part of the int8 file's name: bump when `quantize_int8`'s recipe changes."""
+KEEP_FP32 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
+"""The feed-forward output MatMuls stay fp32: their inputs (after GELU) carry the widest
+activations, and keeping them cut the embeddings' mean cosine error by 40% (0.0071 →
+0.0040 on 400 HaluEval texts)."""
 
 
 ONNX_DIR_ENV = "GROUNDSTREAM_ONNX_DIR"
@@ -45,24 +59,54 @@ def _weights(model_dir: Path) -> Path:
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {model_dir}")
 
 
-def onnx_path(model_dir: Path, root: Path | None = None) -> Path:
+def _precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        allowed = ", ".join(PRECISIONS)
+        raise ValueError(f"encoder precision {precision!r}: expected one of {allowed}")
+    return precision
+
+
+def onnx_path(model_dir: Path, root: Path | None = None, precision: str = "fp32") -> Path:
     """Where the export of `model_dir` lives: keyed by its weights' path, size and mtime, so
-    a changed model is exported again and two models never share a file."""
+    a changed model is exported again and two models never share a file. The int8 graph
+    lies beside the fp32 one, its name keyed by the quantisation recipe."""
     weights = _weights(model_dir).resolve()
     stat = weights.stat()
     key = f"{EXPORT_VERSION}:{weights}:{stat.st_size}:{stat.st_mtime_ns}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return (root or cache_root()) / digest / "model.onnx"
+    name = "model.onnx" if _precision(precision) == "fp32" else f"model.int8-r{INT8_RECIPE}.onnx"
+    return (root or cache_root()) / digest / name
 
 
-def export_onnx(model_dir: Path, root: Path | None = None) -> Path:
+def quantize_int8(fp32: Path, target: Path) -> Path:
+    """The encoder's int8 recipe (see `KEEP_FP32`): `fp32` graph → `target`."""
+    import onnx
+
+    graph = onnx.load(str(fp32), load_external_data=False).graph
+    keep = [n.name for n in graph.node if KEEP_FP32.search(n.name)]
+    from pipeline.quantize import quantize_dynamic_int8
+
+    return quantize_dynamic_int8(fp32, target, keep_fp32=keep)
+
+
+def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp32") -> Path:
     """Export the transformer of `model_dir` to ONNX unless already cached; its path.
+    `precision="int8"` quantises the fp32 export (exported first if need be).
 
     Needs torch, transformers and onnx (only here). Written to a temporary name and renamed,
     so workers starting together never read half a file."""
-    target = onnx_path(model_dir, root)
+    target = onnx_path(model_dir, root, precision)
     if target.is_file():
         return target
+    if precision == "int8":
+        try:
+            import onnx  # noqa: F401  (the quantiser reads the graph with it)
+        except ImportError:  # a runtime without it (the image): say what to run, where
+            raise FileNotFoundError(
+                f"no int8 encoder graph at {target}: run `groundstream encoder export "
+                "--quantize int8` where onnx is installed"
+            ) from None
+        return quantize_int8(export_onnx(model_dir, root), target)
     import torch
     from transformers import AutoModel
 
@@ -107,13 +151,21 @@ def _threads() -> int:
 class OnnxModel:
     """all-MiniLM-style model directory → normalised mean-pooled embeddings via ONNX Runtime."""
 
-    def __init__(self, model_dir: Path, *, cache: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        cache: Path | None = None,
+        precision: str = "fp32",
+        graph: Path | None = None,
+    ) -> None:
+        """`graph`: run this ONNX file instead of the cached export (a measured variant)."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        path = onnx_path(model_dir, cache)
+        path = graph or onnx_path(model_dir, cache, precision)
         if not path.is_file():
-            path = export_onnx(model_dir, cache)
+            path = export_onnx(model_dir, cache, precision)
         config = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self.max_seq_length = int(config["max_seq_length"])
         pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
@@ -147,14 +199,17 @@ class OnnxModel:
             out[chosen] = self._encode_batch([texts[i] for i in chosen])
         return out
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
+    def feed(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The graph's inputs for one batch of `texts` (also a calibration batch)."""
+        encodings = self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        types = np.zeros_like(ids)
-        (hidden,) = self._session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        )
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        feed = self.feed(texts)
+        mask = feed["attention_mask"]
+        (hidden,) = self._session.run(None, feed)
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         if self._normalize:

@@ -40,3 +40,18 @@ def test_alternate_swaps_which_side_runs_first_each_round() -> None:
     a, b = alternate(4, side("a"), side("b"))
     assert order == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]
     assert a == b == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_alternate_reverses_three_sides_every_other_round() -> None:
+    order: list[str] = []
+
+    def side(name: str):
+        def run(r: int) -> float:
+            order.append(f"{name}{r}")
+            return float(r)
+
+        return run
+
+    a, b, c = alternate(2, side("a"), side("b"), side("c"))
+    assert order == ["a0", "b0", "c0", "c1", "b1", "a1"]
+    assert a == b == c == [0.0, 1.0]

@@ -1,4 +1,4 @@
-"""Two measurements side by side on a noisy machine: alternated in rounds (A B, B A, A B,
+"""Measurements side by side on a noisy machine: alternated in rounds (A B, B A, A B,
 …) over parts of the same input, so a drift in the machine's speed (a neighbour, a warm
 or throttled core) falls on both sides alike instead of on whichever ran second."""
 
@@ -23,18 +23,13 @@ def parts(rows: Sequence[T], rounds: int, unit: int = 1) -> list[list[T]]:
     return [list(rows[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
-def alternate(
-    rounds: int, a: Callable[[int], float], b: Callable[[int], float]
-) -> tuple[list[float], list[float]]:
-    """`a(r)` and `b(r)` for each round r, A first in even rounds and B first in odd ones:
-    their results (seconds, say) in round order."""
-    xs: list[float] = []
-    ys: list[float] = []
+def alternate(rounds: int, *sides: Callable[[int], float]) -> tuple[list[float], ...]:
+    """Each side's `side(r)` for each round r, in the given order in even rounds and in the
+    reverse order in odd ones (A B C, C B A, …): each side's results (seconds, say) in
+    round order."""
+    out: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
-        if r % 2 == 0:
-            xs.append(a(r))
-            ys.append(b(r))
-        else:
-            ys.append(b(r))
-            xs.append(a(r))
-    return xs, ys
+        order = range(len(sides)) if r % 2 == 0 else reversed(range(len(sides)))
+        for k in order:
+            out[k].append(sides[k](r))
+    return tuple(out)

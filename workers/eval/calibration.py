@@ -25,7 +25,7 @@ import tomli_w
 from pipeline.chunks import context_chunks
 from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import shape_inputs, task_of
-from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder
+from pipeline.encoder import INT8_SUFFIX, SentenceEncoder
 from pipeline.errors import PolicyError
 from pipeline.fit.calibrate import (
     FitResult,
@@ -249,9 +249,8 @@ def calibrate(
             "produced_at": now.isoformat(timespec="seconds"),
             "note": "Fitted by groundstream calibrate; edit routes freely, refit the numbers.",
         },
-        "encoder": {
-            "model": encoder.model_id if encoder.model_id != DEFAULT_MODEL_ID else DEFAULT_MODEL_ID
-        },
+        # The model alone: the policy names what to load, the backend setting how to run it.
+        "encoder": {"model": encoder.model_id.removesuffix(INT8_SUFFIX)},
         "thresholds": {**fitted_sections(fit, None)["thresholds"], "dgi_pass": fit.dgi_pass},
         "switch": {"on_reject": "fallback"},
         "calibration": {

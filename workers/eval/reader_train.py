@@ -365,7 +365,7 @@ class _Trainer:
         """``reader.onnx`` (int8) and ``tokenizer.json`` in ``out_dir``; the fp32 export is
         written beside it and removed."""
         torch = self.torch
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from pipeline.quantize import quantize_dynamic_int8
 
         model = self.model.eval()
 
@@ -393,7 +393,7 @@ class _Trainer:
                 dynamo=False,
             )
         target = out_dir / MODEL_FILE
-        quantize_dynamic(str(fp32), str(target), weight_type=QuantType.QInt8)
+        quantize_dynamic_int8(fp32, target, per_channel=False, op_types=None)
         fp32.unlink()
         shutil.copyfile(self.base / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
         return target

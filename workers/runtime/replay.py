@@ -26,12 +26,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from aiokafka import ConsumerRecord
 
-from pipeline.encoder import DEFAULT_MODEL_ID
+from pipeline.encoder import encoder_id as pipeline_encoder_id
 from pipeline.policy import Policy
 from pipeline.replay import (
     Change,
@@ -59,9 +58,10 @@ RECORDED_ENDPOINTS = {"judge": "judge", "consistency": "sampler"}
 """Stages that call an endpoint, and the endpoint's kind in their records' `breaker`."""
 
 
-def encoder_id(policy: Policy) -> str:
-    """The encoder a policy embeds with, as geometry records name it (no model loaded)."""
-    return DEFAULT_MODEL_ID if policy.encoder_model is None else str(Path(policy.encoder_model))
+def encoder_id(policy: Policy, backend: str = "torch") -> str:
+    """The encoder a policy embeds with on `backend`, as geometry records name it (no
+    model loaded)."""
+    return pipeline_encoder_id(policy.encoder_model, backend)
 
 
 @dataclass
@@ -200,7 +200,11 @@ def replay(
 ) -> ReplayRun:
     """The whole replay: read, refuse an encoder change, re-decide, compare."""
     messages, records = asyncio.run(read_recording(settings, start, end))
-    check_encoder(recorded_encoders(records), encoder_id(policy), allow_change=allow_encoder_change)
+    check_encoder(
+        recorded_encoders(records),
+        encoder_id(policy, settings.encoder_backend),
+        allow_change=allow_encoder_change,
+    )
     recorded = trails(records)
     if not progress:
         return asyncio.run(replay_messages(messages, recorded, settings, policy, live=live))

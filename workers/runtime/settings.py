@@ -93,7 +93,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "sampler_timeout": (_positive_float, "seconds > 0"),
     "judge_timeout": (_positive_float, "seconds > 0"),
     "control_poll": (_positive_float, "seconds > 0"),
-    "encoder_backend": (_encoder_backend, " or ".join(BACKENDS)),
+    "encoder_backend": (_encoder_backend, f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"),
     "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
     "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
 }

@@ -1,0 +1,106 @@
+"""int8 ONNX graphs: the one way this project quantises a transformer it exports.
+
+The sentence encoder (`pipeline.onnx_encoder`, `groundstream encoder export --quantize
+int8`) and the claim reader (`groundstream train claims`) both go through here, so the
+two never drift apart. Needs ``onnxruntime`` (its ``quantization`` package) and ``onnx``;
+nothing at run time does.
+
+Two recipes, both measured on the encoder by ``groundstream encoder compare``
+(docs/performance.md, "Quantised encoder"):
+
+* **dynamic** (`quantize_dynamic_int8`): weights int8 per output channel, activations
+  quantised per batch at run time. No calibration data.
+* **static** (`quantize_static_int8`): QDQ, activation ranges fixed from calibration
+  batches. Fixed ranges clip BERT's outlier activations: worse than dynamic here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+QUANTIZED_OPS = ("MatMul",)
+"""Only the dense layers' MatMuls: the embedding tables (Gather) stay fp32, they cost no
+compute and their rows feed every layer."""
+
+
+def _quiet() -> None:
+    # The quantiser logs "consider pre-processing" on every call; it is advice, not an error.
+    logging.getLogger("root").setLevel(logging.ERROR)
+
+
+def _replace(tmp: Path, target: Path) -> Path:
+    """Rename into place: workers starting together never read half a file."""
+    tmp.replace(target)
+    return target
+
+
+def quantize_dynamic_int8(
+    source: Path,
+    target: Path,
+    *,
+    per_channel: bool = True,
+    op_types: Sequence[str] | None = QUANTIZED_OPS,
+    keep_fp32: Iterable[str] = (),
+) -> Path:
+    """`source` (fp32 ONNX) → `target` with int8 weights and dynamically quantised
+    activations. `op_types` None: every op ONNX Runtime can quantise (the claim reader's
+    recipe, as its figures were measured); `keep_fp32`: node names left in fp32."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    _quiet()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    quantize_dynamic(
+        str(source),
+        str(tmp),
+        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+        op_types_to_quantize=None if op_types is None else list(op_types),
+        nodes_to_exclude=list(keep_fp32),
+    )
+    return _replace(tmp, target)
+
+
+def quantize_static_int8(
+    source: Path,
+    target: Path,
+    feeds: Iterable[Mapping[str, np.ndarray]],
+    *,
+    keep_fp32: Iterable[str] = (),
+) -> Path:
+    """`source` → `target` as QDQ int8, activation ranges (min–max) taken from `feeds`
+    (model inputs, one batch each): texts that are not what the graph is measured on."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    batches = iter(list(feeds))
+
+    class _Reader(CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            feed = next(batches, None)
+            return None if feed is None else dict(feed)
+
+    _quiet()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    quantize_static(
+        str(source),
+        str(tmp),
+        _Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
+        op_types_to_quantize=list(QUANTIZED_OPS),
+        nodes_to_exclude=list(keep_fp32),
+    )
+    return _replace(tmp, target)
