@@ -78,15 +78,19 @@ def onnx_path(model_dir: Path, root: Path | None = None, precision: str = "fp32"
     return (root or cache_root()) / digest / name
 
 
-def quantize_int8(fp32: Path, target: Path) -> Path:
-    """The encoder's int8 recipe (see `KEEP_FP32`): `fp32` graph → `target`."""
+def kept_fp32(fp32: Path) -> list[str]:
+    """The nodes of the `fp32` graph that every int8 recipe leaves in fp32 (`KEEP_FP32`)."""
     import onnx
 
     graph = onnx.load(str(fp32), load_external_data=False).graph
-    keep = [n.name for n in graph.node if KEEP_FP32.search(n.name)]
+    return [n.name for n in graph.node if KEEP_FP32.search(n.name)]
+
+
+def quantize_int8(fp32: Path, target: Path) -> Path:
+    """The encoder's int8 recipe: `fp32` graph → `target`, dynamic (`pipeline.quantize`)."""
     from pipeline.quantize import quantize_dynamic_int8
 
-    return quantize_dynamic_int8(fp32, target, keep_fp32=keep)
+    return quantize_dynamic_int8(fp32, target, keep_fp32=kept_fp32(fp32))
 
 
 def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp32") -> Path:

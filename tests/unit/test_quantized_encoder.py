@@ -174,3 +174,23 @@ def test_a_runtime_without_onnx_is_told_how_to_get_the_int8_graph(tmp_path, monk
     with pytest.raises(FileNotFoundError, match="encoder export --quantize int8"):
         export_onnx(default_model_path(), tmp_path, precision="int8")
     assert not list(tmp_path.rglob("*.onnx"))  # nothing half-exported either
+
+
+def test_the_ladders_records_name_the_int8_encoder(cache, monkeypatch):
+    from workers.runtime.verify import read_lines, run_lines
+
+    monkeypatch.setenv("GROUNDSTREAM_ONNX_DIR", str(cache))
+    settings = Settings.from_env({"GROUNDSTREAM_ENCODER_BACKEND": "onnx-int8"})
+    lines = read_lines(ROOT / "tests" / "fixtures" / "candidates.jsonl")
+    records = run_lines(lines, settings, default_policy(), False).records
+    named = {r["evidence"]["encoder"] for r in records if r.get("stage") == "geometry"}
+    assert named == {DEFAULT_MODEL_ID + "@int8"}
+
+
+def test_export_command_prints_where_the_int8_graph_is(cache, monkeypatch):
+    monkeypatch.setenv("GROUNDSTREAM_ONNX_DIR", str(cache))
+    done = CliRunner().invoke(main, ["encoder", "export", "--quantize", "int8"])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == str(onnx_path(default_model_path(), cache, precision="int8"))
+    plain = CliRunner().invoke(main, ["encoder", "export"])  # --quantize none: today's fp32
+    assert plain.output.strip() == str(onnx_path(default_model_path(), cache))

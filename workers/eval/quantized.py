@@ -153,17 +153,16 @@ def raw_rates(encoders: Sequence[SentenceEncoder], texts: Sequence[str]) -> list
 
 def static_graph(fp32: SentenceEncoder, calibration: Path, out_dir: Path) -> Path:
     """A static (QDQ) int8 graph of `fp32`'s model, ranges from `calibration`'s texts."""
-    from pipeline.onnx_encoder import KEEP_FP32, export_onnx
+    from pipeline.onnx_encoder import OnnxModel, export_onnx, kept_fp32
     from pipeline.quantize import quantize_static_int8
 
     source = export_onnx(fp32.model_path)
-    items = load_labelled(calibration, limit=CALIBRATION_RECORDS)
-    texts = _texts(items, fp32, 16 * CALIBRATION_RECORDS)
-    feeds = [fp32._model.feed(texts[i : i + 16]) for i in range(0, len(texts), 16)]  # type: ignore[union-attr]
-    import onnx
-
-    keep = [n.name for n in onnx.load(str(source)).graph.node if KEEP_FP32.search(n.name)]
-    return quantize_static_int8(source, out_dir / "static.onnx", feeds, keep_fp32=keep)
+    texts = _texts(
+        load_labelled(calibration, limit=CALIBRATION_RECORDS), fp32, 16 * CALIBRATION_RECORDS
+    )
+    model = OnnxModel(fp32.model_path, graph=source)
+    feeds = [model.feed(texts[i : i + 16]) for i in range(0, len(texts), 16)]
+    return quantize_static_int8(source, out_dir / "static.onnx", feeds, keep_fp32=kept_fp32(source))
 
 
 @dataclass
