@@ -16,6 +16,7 @@ from pipeline.policy import load_policy
 from pipeline.stages.review import Claim, HumanVerdict
 from tests.integration.conftest import consume_all, produce
 from tests.integration.harness import cli, worker_env
+from topics.conclusion import read_conclusion
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
 from workers.runtime import review
@@ -40,7 +41,8 @@ async def park(settings: Settings, env: Envelope) -> None:
 
 
 async def routed(settings: Settings, cid: str) -> list[tuple[str, Envelope]]:
-    """Every envelope of `cid` sent on from review, with its topic (committed only)."""
+    """Every envelope of `cid` sent on from review (committed only), with its topic: for a
+    conclusion, the terminal topic it is bound for (no terminal writer runs here)."""
     out = []
     for topic in OUT:
         for r in await consume_all(
@@ -52,7 +54,11 @@ async def routed(settings: Settings, cid: str) -> list[tuple[str, Envelope]]:
             except ValueError:
                 continue
             if env.candidate.id == cid:
-                out.append((topic.value, env))
+                name = topic.value
+                if topic is Topic.CONCLUDED:
+                    bound = read_conclusion(r.value, tuple(r.headers)).topic
+                    name = bound.removeprefix(settings.topic_prefix)
+                out.append((name, env))
     return out
 
 
