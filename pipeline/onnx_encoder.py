@@ -33,6 +33,8 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PRECISIONS = ("fp32", "int8")
 INT8_RECIPE = "1"
 """Part of the int8 file's name: bump when `quantize_int8`'s recipe changes."""
+INT8_RECIPES = ("dynamic", "weights")
+"""`quantize_int8`'s recipes; static (QDQ) needs calibration texts (`encoder compare`)."""
 KEEP_FP32 = re.compile(r"/layer\.\d+/output/dense/MatMul$")
 """The feed-forward output MatMuls stay fp32: their inputs (after GELU) carry the widest
 activations, and keeping them cut the embeddings' mean cosine error by 40% (0.0071 →
@@ -86,11 +88,16 @@ def kept_fp32(fp32: Path) -> list[str]:
     return [n.name for n in graph.node if KEEP_FP32.search(n.name)]
 
 
-def quantize_int8(fp32: Path, target: Path) -> Path:
-    """The encoder's int8 recipe: `fp32` graph → `target`, dynamic (`pipeline.quantize`)."""
-    from pipeline.quantize import quantize_dynamic_int8
+def quantize_int8(fp32: Path, target: Path, recipe: str = "dynamic") -> Path:
+    """`fp32` graph → `target` by one of `INT8_RECIPES` (`pipeline.quantize`); the int8
+    backend's graph is the dynamic one, the others are measured by `encoder compare`."""
+    from pipeline.quantize import quantize_dynamic_int8, quantize_weights_int8
 
-    return quantize_dynamic_int8(fp32, target, keep_fp32=kept_fp32(fp32))
+    if recipe == "dynamic":
+        return quantize_dynamic_int8(fp32, target, keep_fp32=kept_fp32(fp32))
+    if recipe == "weights":
+        return quantize_weights_int8(fp32, target)
+    raise ValueError(f"int8 recipe {recipe!r}: expected one of {', '.join(INT8_RECIPES)}")
 
 
 def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp32") -> Path:

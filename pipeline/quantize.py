@@ -12,6 +12,9 @@ Two recipes, both measured on the encoder by ``groundstream encoder compare``
   quantised per batch at run time. No calibration data.
 * **static** (`quantize_static_int8`): QDQ, activation ranges fixed from calibration
   batches. Fixed ranges clip BERT's outlier activations: worse than dynamic here.
+* **weights** (`quantize_weights_int8`): weight-only, ONNX Runtime's `MatMulNBits` at 8
+  bits in blocks of 128 per column; activations stay fp32, the weights are unpacked in
+  the kernel. An order of magnitude closer to fp32 than dynamic, and less of its speed.
 """
 
 from __future__ import annotations
@@ -103,4 +106,34 @@ def quantize_static_int8(
         op_types_to_quantize=list(QUANTIZED_OPS),
         nodes_to_exclude=list(keep_fp32),
     )
+    return _replace(tmp, target)
+
+
+WEIGHTS_BLOCK = 128
+"""Weights per scale in the weight-only recipe: 32 was closer to fp32 (mean cosine error
+0.00014 against 0.00025 on 400 HaluEval texts) but slower than fp32 itself here."""
+
+
+def quantize_weights_int8(
+    source: Path, target: Path, *, block_size: int = WEIGHTS_BLOCK, keep_fp32: Iterable[str] = ()
+) -> Path:
+    """`source` → `target` with each MatMul's weights as 8-bit blocks (`MatMulNBits`),
+    symmetric, activations left in fp32. Needs the `onnx-ir` package (the quantiser's)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    _quiet()
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.ERROR)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(source)),
+        bits=8,
+        block_size=block_size,
+        is_symmetric=True,
+        nodes_to_exclude=list(keep_fp32),
+        op_types_to_quantize=QUANTIZED_OPS,
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(tmp), use_external_data_format=False)
     return _replace(tmp, target)

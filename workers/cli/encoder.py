@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.onnx_encoder import INT8_RECIPES
 from workers.cli.base import load_policy, load_settings
 
 
@@ -41,9 +42,20 @@ def encoder_export(model: str | None, quantize: str) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Measure a static (QDQ) int8 graph calibrated on this file's texts (not DATA's).",
 )
+@click.option(
+    "--recipe",
+    type=click.Choice(INT8_RECIPES),
+    default="dynamic",
+    show_default=True,
+    help="The int8 graph: dynamic (the onnx-int8 backend's) or weights (weight-only, 8-bit).",
+)
 @click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
 def encoder_compare(
-    data: tuple[str, ...], limit: int | None, calibrate: str | None, policy: str | None
+    data: tuple[str, ...],
+    limit: int | None,
+    calibrate: str | None,
+    recipe: str,
+    policy: str | None,
 ) -> None:
     """The int8 encoder against fp32 on labelled DATA: SGI, AUROC, the switch's decisions,
     raw rate. The last line is the verdict against the quality bar."""
@@ -57,6 +69,7 @@ def encoder_compare(
             load_policy(settings),
             limit=limit,
             calibration=Path(calibrate) if calibrate else None,
+            recipe=recipe,
             say=lambda line: click.echo(line, err=True),
         )
     except CompareError as exc:

@@ -165,6 +165,13 @@ def static_graph(fp32: SentenceEncoder, calibration: Path, out_dir: Path) -> Pat
     return quantize_static_int8(source, out_dir / "static.onnx", feeds, keep_fp32=kept_fp32(source))
 
 
+def recipe_graph(fp32: SentenceEncoder, recipe: str, out_dir: Path) -> Path:
+    """`fp32`'s model quantised by `recipe` into `out_dir` (not the backend's cache)."""
+    from pipeline.onnx_encoder import export_onnx, quantize_int8
+
+    return quantize_int8(export_onnx(fp32.model_path), out_dir / f"{recipe}.onnx", recipe)
+
+
 @dataclass
 class Comparison:
     files: list[FileResult]
@@ -237,22 +244,30 @@ def compare(
     *,
     limit: int | None = None,
     calibration: Path | None = None,
+    recipe: str = "dynamic",
     say: Callable[[str], Any] = print,
 ) -> Comparison:
-    """Both encoders over every file of `data`; see the module docstring."""
+    """Both encoders over every file of `data`; see the module docstring. `recipe`: the
+    int8 graph measured (`pipeline.onnx_encoder.INT8_RECIPES`), static with `calibration`."""
     if calibration is not None and any(calibration.resolve() == p.resolve() for p in data):
         raise CompareError(
             f"{calibration.name} is both calibration and measured data: calibrate on other texts"
         )
+    if calibration is not None and recipe != "dynamic":
+        raise CompareError(f"--calibrate makes a static graph: it does not go with {recipe}")
     sets = [(path.name, load_labelled(path, limit=limit)) for path in data]
     fp32 = SentenceEncoder(policy.encoder_model, backend="onnx")
-    with tempfile.TemporaryDirectory(prefix="groundstream-static-") as tmp:
-        if calibration is None:
-            method = "dynamic"
-            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8")
-        else:
+    with tempfile.TemporaryDirectory(prefix="groundstream-int8-") as tmp:
+        if calibration is not None:
             method = "static"
             graph = static_graph(fp32, calibration, Path(tmp))
+            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8", graph=graph)
+        elif recipe == "dynamic":  # the backend's own graph, from the cache
+            method = recipe
+            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8")
+        else:
+            method = recipe
+            graph = recipe_graph(fp32, recipe, Path(tmp))
             int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8", graph=graph)
         files = []
         for name, items in sets:
