@@ -27,8 +27,8 @@ def test_parts_cut_only_between_groups() -> None:
         parts(rows, 0)
 
 
-def test_alternate_swaps_which_side_runs_first_each_round() -> None:
-    order: list[str] = []
+def recorder(order: list[str]):
+    """A side factory: each side appends its name and round to `order` and returns the round."""
 
     def side(name: str):
         def run(r: int) -> float:
@@ -37,6 +37,12 @@ def test_alternate_swaps_which_side_runs_first_each_round() -> None:
 
         return run
 
+    return side
+
+
+def test_alternate_swaps_which_side_runs_first_each_round() -> None:
+    order: list[str] = []
+    side = recorder(order)
     a, b = alternate(4, side("a"), side("b"))
     assert order == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]
     assert a == b == [0.0, 1.0, 2.0, 3.0]
@@ -44,14 +50,7 @@ def test_alternate_swaps_which_side_runs_first_each_round() -> None:
 
 def test_alternate_reverses_three_sides_every_other_round() -> None:
     order: list[str] = []
-
-    def side(name: str):
-        def run(r: int) -> float:
-            order.append(f"{name}{r}")
-            return float(r)
-
-        return run
-
+    side = recorder(order)
     a, b, c = alternate(2, side("a"), side("b"), side("c"))
     assert order == ["a0", "b0", "c0", "c1", "b1", "a1"]
     assert a == b == c == [0.0, 1.0]
