@@ -17,7 +17,8 @@ GroundstreamError
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
  ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
- ├── BrokerUnavailable (RuntimeError) ↻  workers.runtime.loop: broker gone; exit uncommitted
+ ├── RetriesExhausted (RuntimeError) ↻   workers.runtime.loop: no progress past patience; exit
+ │    └── BrokerUnavailable ↻            the broker the cause: gone; exit uncommitted
  ├── StaleBatch (RuntimeError) ↻         workers.runtime.loop: a rebalance took the batch
  ├── ControlUnknown (RuntimeError) ↻     workers.runtime.loop: kill switch unknown; redo the batch
  ├── ProcessingStopped (RuntimeError)    workers.runtime.isolation: a permanent error under `stop`

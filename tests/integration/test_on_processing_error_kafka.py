@@ -1,7 +1,9 @@
 """GROUNDSTREAM_ON_PROCESSING_ERROR on the real broker (issue 24, item 5): with `stop`, a
 candidate its stage fails on alone ends the worker and nothing of its batch is committed,
 so the group resumes before it (nothing lost); with `deadletter`, the default, the same
-batch is committed with that candidate parked."""
+batch is committed with that candidate parked. A retryable error that never clears (the
+encoder out of memory on every try) ends the worker after its patience, committing
+nothing, instead of retrying without end while the broker answers."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from topics.admin import create_topics
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext
 from workers.runtime.isolation import ProcessingStopped, always
-from workers.runtime.loop import StageLoop
+from workers.runtime.loop import BrokerUnavailable, RetriesExhausted, StageLoop
 from workers.runtime.settings import Settings
 from workers.runtime.telemetry import StageTelemetry
 
@@ -40,12 +42,21 @@ class Breaking:
         return None
 
 
-def worker(settings: Settings, choice: ErrorAction) -> StageLoop:
+class Starving(Breaking):
+    """Runs out of memory on every batch: not the candidates' fault, so never parked."""
+
+    name = "starving"
+
+    async def process(self, batch: Any, ctx: StageContext) -> list[Emit]:
+        raise MemoryError()
+
+
+def worker(settings: Settings, choice: ErrorAction, stage: Any = None) -> StageLoop:
     return StageLoop(
-        Breaking(),  # type: ignore[arg-type]
+        stage or Breaking(),
         settings,
         StageContext(policy=load_policy(None)),
-        StageTelemetry("breaking", settings.topic(Topic.SCORED)),
+        StageTelemetry((stage or Breaking()).name, settings.topic(Topic.SCORED)),
         on_processing_error=always(choice),
     )
 
@@ -82,3 +93,17 @@ async def test_stop_commits_nothing_and_deadletter_moves_past_the_candidate(
         with contextlib.suppress(asyncio.CancelledError):
             await running
     assert done == {TopicPartition(source, 0): 2}
+
+
+async def test_a_retryable_error_that_never_clears_ends_the_worker_uncommitted(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix)
+    await create_topics(kafka_bootstrap, topic_prefix, 1, 1)
+    await produce(kafka_bootstrap, settings.topic(Topic.SCORED), [(b"s", b"{}")])
+    starved = worker(settings, ErrorAction.DEADLETTER, Starving())
+    starved.give_up_s = 3.0  # every fetch is answered; only the batch never completes
+    with pytest.raises(RetriesExhausted, match=r"no batch completed.*MemoryError") as raised:
+        await asyncio.wait_for(starved.run(), 120)
+    assert not isinstance(raised.value, BrokerUnavailable)
+    assert await committed(settings, starved.group_id) == {}

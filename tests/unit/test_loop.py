@@ -3,6 +3,7 @@ and nothing committed when any send fails."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -14,8 +15,15 @@ from pipeline.policy import load_policy
 from tests.fixtures.fakes import FakeBatch, FakeProducer
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext
+from workers.runtime import loop as loop_module
 from workers.runtime.isolation import ProcessingStopped, always
-from workers.runtime.loop import CARRY_S, StageLoop, send_batched
+from workers.runtime.loop import (
+    CARRY_S,
+    BrokerUnavailable,
+    RetriesExhausted,
+    StageLoop,
+    send_batched,
+)
 from workers.runtime.runner import build_loop
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
@@ -78,6 +86,50 @@ async def test_an_unreachable_broker_ends_the_worker_without_a_commit() -> None:
     with pytest.raises(Exception, match="broker unusable"):
         await stuck.run()
     assert len(attempts) >= 2
+
+
+class TestPatience:
+    """The loop gives up after `give_up_s` without progress, whatever keeps failing: a
+    batch that runs out of memory every time ends the worker as a broker outage does,
+    instead of being retried without end while the broker answers its fetches."""
+
+    def _failing(self, monkeypatch, error: Exception, progress: bool) -> tuple[StageLoop, list]:
+        monkeypatch.setattr(loop_module, "BACKOFF_S", (0.0,))
+        worker = loop(ChangelogStore("p.outcomes"))
+        worker.settings = Settings(topic_prefix="p.", bootstrap_servers="127.0.0.1:1")
+        attempts: list[int] = []
+
+        async def session() -> None:
+            attempts.append(1)
+            if progress:
+                worker._progress_at = time.monotonic()  # a batch completed, then this
+            if len(attempts) == 5:
+                raise ProcessingStopped("enough")  # ends a loop that never gives up
+            raise error
+
+        worker._session = session  # type: ignore[method-assign]
+        return worker, attempts
+
+    async def test_a_stage_error_that_never_clears_ends_the_worker(self, monkeypatch) -> None:
+        worker, attempts = self._failing(monkeypatch, MemoryError(), progress=False)
+        worker.give_up_s = 0.0
+        with pytest.raises(RetriesExhausted, match="no batch completed") as raised:
+            await worker.run()
+        assert not isinstance(raised.value, BrokerUnavailable)
+        assert "MemoryError" in str(raised.value) and len(attempts) == 2
+
+    async def test_the_broker_s_error_names_the_broker(self, monkeypatch) -> None:
+        worker, _ = self._failing(monkeypatch, KafkaTimeoutError(), progress=False)
+        worker.give_up_s = 0.0
+        with pytest.raises(BrokerUnavailable, match="broker unusable"):
+            await worker.run()
+
+    async def test_progress_between_failures_starts_a_new_count(self, monkeypatch) -> None:
+        worker, attempts = self._failing(monkeypatch, MemoryError(), progress=True)
+        worker.give_up_s = 0.0
+        with pytest.raises(ProcessingStopped, match="enough"):
+            await worker.run()  # every failure came after a completed batch: no give-up
+        assert len(attempts) == 5
 
 
 class TestMemberId:

@@ -16,14 +16,19 @@ changelog is flushed apart from the offsets; and its own exactly-once mode is br
   transaction it left open, so a kill -9 anywhere in the batch costs a redo, never a loss
   or a duplicate.
 
-Any error on the Kafka side (a send refused, the broker gone, a commit that timed out)
-drops the batch's pending state, closes producer and consumer without committing, and
-starts over from the last committed offsets after a backoff; if the broker stays away
-longer than `give_up_s`, the worker exits non-zero, still without committing. Errors of a
-single candidate never get here: `isolation.process_isolated` dead-letters that one
-candidate and the batch goes on, unless the operator chose to stop on them
-(GROUNDSTREAM_ON_PROCESSING_ERROR=stop): then `ProcessingStopped` ends the worker at
-once, without a retry and without committing the batch.
+Any error on the Kafka side (a send refused, the broker gone, a commit that timed out),
+and any retryable error of the stage's own work (memory), drops the batch's pending state,
+closes producer and consumer without committing, and starts over from the last committed
+offsets after a backoff. The count is of time without progress, not of broker answers: if
+no fetch's work completes for `give_up_s` (the broker stays away, or the same batch runs
+out of memory every time while the broker answers), the worker exits non-zero, still
+without committing (`RetriesExhausted`; `BrokerUnavailable` when the last error was the
+broker's), for its supervisor to restart it or an operator to look (Kafka Streams'
+`task.timeout.ms`). Errors of a single candidate never get here:
+`isolation.process_isolated` dead-letters that one candidate and the batch goes on,
+unless the operator chose to stop on them (GROUNDSTREAM_ON_PROCESSING_ERROR=stop): then
+`ProcessingStopped` ends the worker at once, without a retry and without committing the
+batch.
 
 Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
 generation (no KIP-447), so a replica cut off from the group (a zombie) could still commit
@@ -52,6 +57,7 @@ from aiokafka import (
     ConsumerRecord,
     TopicPartition,
 )
+from aiokafka.errors import KafkaError
 
 from pipeline.errors import GroundstreamError
 from topics.codec import loads
@@ -91,10 +97,16 @@ CARRY_S = 1.0
 ride in before it gets one of its own (see `StageLoop._carry`)."""
 
 
-class BrokerUnavailable(GroundstreamError, RuntimeError):
-    """The broker stayed away longer than the worker's patience: exit without committing."""
+class RetriesExhausted(GroundstreamError, RuntimeError):
+    """No batch completed for longer than the worker's patience while a retryable error
+    kept coming back (memory, say): exit without committing. Its supervisor may restart
+    the worker, which redoes the batch from the committed offsets."""
 
     retryable = True
+
+
+class BrokerUnavailable(RetriesExhausted):
+    """The same, when the last error was the broker's: it stayed away too long."""
 
 
 class ControlUnknown(GroundstreamError, RuntimeError):
@@ -108,6 +120,12 @@ class StaleBatch(GroundstreamError, RuntimeError):
     """A fetched batch outlived its assignment; the session starts over, committing nothing."""
 
     retryable = True
+
+
+def _broker_side(exc: BaseException) -> bool:
+    """True for errors of reaching the broker (aiokafka's, a connection, a broker
+    operation timing out, the loop's own starts-over), as against the stage's own work."""
+    return isinstance(exc, (KafkaError, ConnectionError, TimeoutError, StaleBatch, ControlUnknown))
 
 
 class RebalanceGate(ConsumerRebalanceListener):
@@ -154,8 +172,10 @@ class StageLoop:
     on_processing_error: OnProcessingError = DEADLETTER_ALWAYS
     """What to do with a candidate that fails alone with a permanent error (`isolation`)."""
     ready: bool = field(default=False, init=False)
-    _healthy_at: float = field(default=0.0, init=False)
-    """When the broker last answered a fetch: a failure after it starts a new count."""
+    _progress_at: float = field(default=0.0, init=False)
+    """When a fetch's work last completed (its batch committed, or nothing to do): a
+    failure after it starts a new count. A fetch answered alone is not progress, or a
+    batch that fails the same way every time would be retried without end."""
     _carried: dict[TopicPartition, int] = field(default_factory=dict, init=False)
     """Next offsets of followed records that wrote nothing, not yet committed (`_carry`)."""
     _carried_at: float = field(default=0.0, init=False)
@@ -175,7 +195,8 @@ class StageLoop:
         return f"{self.group_id}.{self.settings.instance_id or host}"
 
     async def run(self) -> None:
-        """Run sessions until cancelled; raise BrokerUnavailable past `give_up_s`."""
+        """Run sessions until cancelled; raise RetriesExhausted (BrokerUnavailable when the
+        broker is the cause) after `give_up_s` without progress."""
         listener = ControlListener(
             self.settings.bootstrap_servers,
             self.settings.topic(Topic.CONTROL),
@@ -193,13 +214,10 @@ class StageLoop:
                     raise  # the operator's choice: no retry, nothing committed
                 except Exception as exc:
                     now = time.monotonic()
-                    if failing_since is None or self._healthy_at > failing_since:
+                    if failing_since is None or self._progress_at > failing_since:
                         failing_since, attempt = now, 0
                     if now - failing_since > self.give_up_s:
-                        raise BrokerUnavailable(
-                            f"stage {self.stage.name}: broker unusable for "
-                            f"{now - failing_since:.0f}s, last error {exc!r}"
-                        ) from exc
+                        raise self._exhausted(exc, now - failing_since) from exc
                     delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                     attempt += 1
                     log.warning(
@@ -211,6 +229,17 @@ class StageLoop:
                     await asyncio.sleep(delay)
         finally:
             await listener.stop()
+
+    def _exhausted(self, exc: Exception, waited: float) -> RetriesExhausted:
+        if _broker_side(exc):
+            return BrokerUnavailable(
+                f"stage {self.stage.name}: broker unusable for {waited:.0f}s,"
+                f" last error {exc!r}; nothing committed"
+            )
+        return RetriesExhausted(
+            f"stage {self.stage.name}: no batch completed for {waited:.0f}s of retries,"
+            f" last error {exc!r}; nothing committed, the batch is redone on the next start"
+        )
 
     async def _session(self) -> None:
         """One consumer and one transactional producer, until an error."""
@@ -266,7 +295,6 @@ class StageLoop:
                     raise asyncio.CancelledError
                 fetched_in = gate.revocations
                 received, arrived = time.perf_counter(), time.time()
-                self._healthy_at = time.monotonic()
                 async with gate.lock:
                     if gate.revocations != fetched_in:
                         # Fetched under an assignment that has since been revoked: the
@@ -283,6 +311,7 @@ class StageLoop:
                         await self._batch(producer, records, received, arrived)
                     elif self._carried:  # idle: commit what was carried
                         await self._commit(producer, [], [])
+                self._progress_at = time.monotonic()
         finally:
             self._carried.clear()  # the next session resumes from the committed offsets
             if lag is not None:

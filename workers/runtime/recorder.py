@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 from topics.names import Topic
-from workers.runtime.loop import BrokerUnavailable, StageLoop
+from workers.runtime.loop import RetriesExhausted, StageLoop
 from workers.runtime.ready import announce_ready
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
@@ -39,9 +39,10 @@ def build_recorder(settings: Settings, key: bytes | None) -> StageLoop:
 
 
 def run_recorder(settings: Settings, key: bytes | None) -> None:
-    """Run until stopped; exit 2, committing nothing, if the broker stays away."""
+    """Run until stopped; exit 2, committing nothing, if the broker stays away (or a
+    retryable error does not clear) past the loop's patience."""
     try:
         asyncio.run(build_recorder(settings, key).run())
-    except BrokerUnavailable as exc:
+    except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None

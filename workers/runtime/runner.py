@@ -20,7 +20,7 @@ from topics.admin import missing_topics
 from workers.interfaces import StageContext
 from workers.runtime.isolation import always
 from workers.runtime.ladder import STAGE_NAMES, row
-from workers.runtime.loop import BrokerUnavailable, StageLoop
+from workers.runtime.loop import RetriesExhausted, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.settings import Settings
@@ -95,14 +95,14 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
 
 def run_stage(name: str, settings: Settings) -> None:
     """Run stage `name`'s loop until SIGINT/SIGTERM; exit 2, committing nothing, if the
-    broker stays away past the loop's patience."""
+    broker stays away, or a retryable error does not clear, past the loop's patience."""
     configure(f"groundstream-{name}", settings.otlp_endpoint)
     loop = build_loop(name, settings)
     serve_metrics(loop.metrics, settings)
     clear_ready(settings, name)
     try:
         asyncio.run(_until_signalled(loop.run()))
-    except BrokerUnavailable as exc:
+    except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
     finally:
