@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.files import replaced_whole
+
 EXPORT_VERSION = "1"
 """Part of the cache key: bump when the exported graph changes."""
 OPSET = 17
@@ -135,9 +137,7 @@ def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp3
     model = _Hidden(AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval())
     ids = torch.ones(2, 8, dtype=torch.long)
     axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, "last_hidden_state")}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    with torch.no_grad():
+    with torch.no_grad(), replaced_whole(target) as tmp:
         torch.onnx.export(
             model,
             (ids, torch.ones_like(ids), torch.zeros_like(ids)),
@@ -148,7 +148,6 @@ def export_onnx(model_dir: Path, root: Path | None = None, precision: str = "fp3
             opset_version=OPSET,
             dynamo=False,
         )
-    tmp.replace(target)
     return target
 
 

@@ -21,11 +21,12 @@ Two recipes, both measured on the encoder by ``groundstream encoder compare``
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from pipeline.files import replaced_whole
 
 QUANTIZED_OPS = ("MatMul",)
 """Only the dense layers' MatMuls: the embedding tables (Gather) stay fp32, they cost no
@@ -35,12 +36,6 @@ compute and their rows feed every layer."""
 def _quiet() -> None:
     # The quantiser logs "consider pre-processing" on every call; it is advice, not an error.
     logging.getLogger("root").setLevel(logging.ERROR)
-
-
-def _replace(tmp: Path, target: Path) -> Path:
-    """Rename into place: workers starting together never read half a file."""
-    tmp.replace(target)
-    return target
 
 
 def quantize_dynamic_int8(
@@ -57,17 +52,16 @@ def quantize_dynamic_int8(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     _quiet()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    quantize_dynamic(
-        str(source),
-        str(tmp),
-        weight_type=QuantType.QInt8,
-        per_channel=per_channel,
-        op_types_to_quantize=None if op_types is None else list(op_types),
-        nodes_to_exclude=list(keep_fp32),
-    )
-    return _replace(tmp, target)
+    with replaced_whole(target) as tmp:
+        quantize_dynamic(
+            str(source),
+            str(tmp),
+            weight_type=QuantType.QInt8,
+            per_channel=per_channel,
+            op_types_to_quantize=None if op_types is None else list(op_types),
+            nodes_to_exclude=list(keep_fp32),
+        )
+    return target
 
 
 def quantize_static_int8(
@@ -94,20 +88,19 @@ def quantize_static_int8(
             return None if feed is None else dict(feed)
 
     _quiet()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    quantize_static(
-        str(source),
-        str(tmp),
-        _Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
-        op_types_to_quantize=list(QUANTIZED_OPS),
-        nodes_to_exclude=list(keep_fp32),
-    )
-    return _replace(tmp, target)
+    with replaced_whole(target) as tmp:
+        quantize_static(
+            str(source),
+            str(tmp),
+            _Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            nodes_to_exclude=list(keep_fp32),
+        )
+    return target
 
 
 WEIGHTS_BLOCK = 128
@@ -125,8 +118,6 @@ def quantize_weights_int8(
 
     _quiet()
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.ERROR)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     quantizer = MatMulNBitsQuantizer(
         onnx.load(str(source)),
         bits=8,
@@ -136,5 +127,6 @@ def quantize_weights_int8(
         op_types_to_quantize=QUANTIZED_OPS,
     )
     quantizer.process()
-    quantizer.model.save_model_to_file(str(tmp), use_external_data_format=False)
-    return _replace(tmp, target)
+    with replaced_whole(target) as tmp:
+        quantizer.model.save_model_to_file(str(tmp), use_external_data_format=False)
+    return target

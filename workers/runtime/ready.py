@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
+from pipeline.files import replaced_whole
 from topics.codec import dumps, loads
 from workers.runtime.settings import Settings
 
@@ -60,10 +61,8 @@ def announce_ready(
     """Say the stage is consuming: the stderr line, then the file (written atomically)."""
     ready = Readiness(stage, group, tuple(sorted(set(partitions))), os.getpid(), clock())
     path = ready_file(settings, stage)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{ready.pid}.tmp")
-    tmp.write_bytes(dumps({**asdict(ready), "partitions": list(ready.partitions)}))
-    tmp.replace(path)
+    with replaced_whole(path) as tmp:
+        tmp.write_bytes(dumps({**asdict(ready), "partitions": list(ready.partitions)}))
     print(ready.line(), file=err or sys.stderr, flush=True)
     return ready
 
