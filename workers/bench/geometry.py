@@ -63,12 +63,14 @@ def raw_seconds(encoder, batches: Sequence[Sequence[str]], pool: ThreadPoolExecu
     return pool.submit(run).result()
 
 
-def plain_seconds(model, texts: Sequence[str], pool: ThreadPoolExecutor) -> float:
-    """One `SentenceTransformer.encode` over `texts`, as a user's loop would call it."""
+def plain_seconds(model, batches: Sequence[Sequence[str]], pool: ThreadPoolExecutor) -> float:
+    """One `SentenceTransformer.encode` over the texts of all `batches` (the raw side's
+    input), as a user's loop would call it."""
+    texts = [t for batch in batches for t in batch]
 
     def run() -> float:
         started = time.perf_counter()
-        model.encode(list(texts), batch_size=PLAIN_BATCH)
+        model.encode(texts, batch_size=PLAIN_BATCH)
         return time.perf_counter() - started
 
     return pool.submit(run).result()
@@ -113,7 +115,7 @@ def run(opts: Options) -> Result:
             return raw_seconds(encoder, batches[r], pool)
 
         def plain_round(batches: list[list], r: int) -> float:
-            return plain_seconds(plain, [t for texts in batches[r] for t in texts], pool)
+            return plain_seconds(plain, batches[r], pool)
 
         def stage_round(backend: str, r: int) -> float:
             return stage_seconds(cut[r], f"{backend}{r}")
@@ -125,7 +127,7 @@ def run(opts: Options) -> Result:
             batches = [texts_per_stage_batch(encoder, part, opts.batch_size) for part in cut]
             warm_texts = texts_per_stage_batch(encoder, warm, opts.batch_size)
             raw_seconds(encoder, warm_texts, pool)
-            plain_seconds(plain, [t for texts in warm_texts for t in texts], pool)
+            plain_seconds(plain, warm_texts, pool)
             tag = f"geometry[{backend}]"
             b.start("geometry", tag, GROUNDSTREAM_ENCODER_BACKEND=backend)
             stage_seconds(warm, f"w{backend}")

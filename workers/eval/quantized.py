@@ -257,18 +257,15 @@ def compare(
         raise CompareError(f"--calibrate makes a static graph: it does not go with {recipe}")
     sets = [(path.name, load_labelled(path, limit=limit)) for path in data]
     fp32 = SentenceEncoder(policy.encoder_model, backend="onnx")
+    method = "static" if calibration is not None else recipe
     with tempfile.TemporaryDirectory(prefix="groundstream-int8-") as tmp:
         if calibration is not None:
-            method = "static"
-            graph = static_graph(fp32, calibration, Path(tmp))
-            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8", graph=graph)
-        elif recipe == "dynamic":  # the backend's own graph, from the cache
-            method = recipe
-            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8")
+            graph: Path | None = static_graph(fp32, calibration, Path(tmp))
+        elif recipe == "dynamic":
+            graph = None  # the backend's own graph, from the cache
         else:
-            method = recipe
             graph = recipe_graph(fp32, recipe, Path(tmp))
-            int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8", graph=graph)
+        int8 = SentenceEncoder(policy.encoder_model, backend="onnx-int8", graph=graph)
         files = []
         for name, items in sets:
             say(f"{name}: {len(items)} candidates, fp32 then int8 …")
