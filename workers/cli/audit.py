@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from workers.cli.base import load_policy, load_settings, quiet_kafka, require_broker
+from workers.cli.base import load_policy, load_settings, policy_option, quiet_kafka, require_broker
 
 
 @click.group()
@@ -15,7 +15,7 @@ def audit() -> None:
 
 
 @audit.command("record")
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def audit_record(policy: str | None) -> None:
     """Run the audit recorder: decisions → audit (chained) and decisions.public.
     `worker all` runs it too."""

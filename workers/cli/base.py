@@ -18,6 +18,11 @@ from workers.runtime.settings import Settings
 
 T = TypeVar("T")
 
+policy_option = click.option(
+    "--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML."
+)
+"""`--policy FILE`, as every command that loads a policy takes it."""
+
 
 def bad_setting(exc: PolicyError) -> click.ClickException:
     """A bad setting or policy file: one line naming it, exit 2 (no usage text: the

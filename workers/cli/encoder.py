@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline.onnx_encoder import INT8_RECIPES
-from workers.cli.base import load_policy, load_settings
+from workers.cli.base import load_policy, load_settings, policy_option
 
 
 @click.group()
@@ -49,7 +49,7 @@ def encoder_export(model: str | None, quantize: str) -> None:
     show_default=True,
     help="The int8 graph: dynamic (the onnx-int8 backend's) or weights (weight-only, 8-bit).",
 )
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def encoder_compare(
     data: tuple[str, ...],
     limit: int | None,

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from pipeline.errors import PolicyError
-from workers.cli.base import load_policy, load_settings
+from workers.cli.base import load_policy, load_settings, policy_option
 from workers.runtime.settings import Settings
 
 
@@ -21,7 +21,7 @@ from workers.runtime.settings import Settings
     type=click.Path(file_okay=False, path_type=Path),
     help="Write metrics.json and PNG plots here.",
 )
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 @click.option("--limit", type=int, default=None, help="Read at most N records.")
 @click.option("--skip", type=int, default=0, help="Leave out the first N records (held-out split).")
 @click.option(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from workers.cli.base import load_policy, load_settings, run_kafka
+from workers.cli.base import load_policy, load_settings, policy_option, run_kafka
 
 
 @click.group()
@@ -93,7 +93,7 @@ def review_show(candidate_id: str) -> None:
 @click.argument("verdict", type=click.Choice(["accept", "reject"]))
 @click.option("--by", required=True, help="Who decides (recorded in the audit trail).")
 @click.option("--note", default="", help="Why (recorded in the audit trail).")
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: str | None) -> None:
     """Record a person's verdict: accept goes through rules to state, reject ends it."""
     from pipeline.stages.review import HumanVerdict

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from workers.cli.base import load_policy, load_settings, require_broker, run_kafka
+from workers.cli.base import load_policy, load_settings, policy_option, require_broker, run_kafka
 
 
 @click.command()
 @click.argument("stage")
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
     from workers.runtime.ladder import STAGE_NAMES
@@ -58,7 +58,7 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 
 
 @click.command()
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def dashboard(policy: str | None) -> None:
     """Serve the live decisions dashboard (GROUNDSTREAM_WEB_HOST:PORT, 127.0.0.1 by default)."""
     from workers.web.app import run_dashboard
@@ -80,7 +80,7 @@ def dashboard(policy: str | None) -> None:
 @click.option("--pass-through", "pass_through", default=None, help="Default <source>.passthrough.")
 @click.option("--group", default=None, help="Consumer group (default <prefix>groundstream-attach).")
 @click.option("--until-idle", type=float, default=None, help="Stop after S idle seconds.")
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML.")
+@policy_option
 def attach(
     source: str,
     preset: str | None,
