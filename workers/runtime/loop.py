@@ -19,12 +19,19 @@ changelog is flushed apart from the offsets; and its own exactly-once mode is br
 Any error on the Kafka side (a send refused, the broker gone, a commit that timed out),
 and any retryable error of the stage's own work (memory), drops the batch's pending state,
 closes producer and consumer without committing, and starts over from the last committed
-offsets after a backoff. The count is of time without progress, not of broker answers: if
-no fetch's work completes for `give_up_s` (the broker stays away, or the same batch runs
-out of memory every time while the broker answers), the worker exits non-zero, still
-without committing (`RetriesExhausted`; `BrokerUnavailable` when the last error was the
-broker's), for its supervisor to restart it or an operator to look (Kafka Streams'
-`task.timeout.ms`). Errors of a single candidate never get here:
+offsets after a backoff. Out of memory, a batch is first tried smaller: the stage's work
+on two or more candidates that runs out of memory (`memory_class`; no other error, since
+none other shrinks with the batch) is put back and the batch halved, each half decided
+and committed in a transaction of its own with the offsets of exactly its records (a
+contiguous run of each partition, so the first half's offsets skip nothing of the
+second), halving again down to single candidates; a batch that fits one at a time is
+delivered, every candidate once. The count is of time without progress, not of broker
+answers: if no fetch's work, nor part of it, completes for `give_up_s` (the broker stays
+away, or one candidate runs out of memory alone every time while the broker answers), the
+worker exits non-zero, committing nothing of what failed (`RetriesExhausted`;
+`BrokerUnavailable` when the last error was the broker's), for its supervisor to restart
+it or an operator to look (Kafka Streams' `task.timeout.ms`). Errors of a single
+candidate never get here:
 `isolation.process_isolated` dead-letters that one candidate and the batch goes on,
 unless the operator chose to stop on them (GROUNDSTREAM_ON_PROCESSING_ERROR=stop): then
 `ProcessingStopped` ends the worker at once, without a retry and without committing the
@@ -60,6 +67,7 @@ from aiokafka import (
 from aiokafka.errors import KafkaError
 
 from pipeline.errors import GroundstreamError
+from pipeline.failures import is_retryable
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
@@ -69,6 +77,7 @@ from workers.runtime.isolation import (
     OnProcessingError,
     ProcessingStopped,
     process_isolated,
+    savepoint,
 )
 from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
 from workers.runtime.settings import Settings
@@ -120,6 +129,51 @@ class StaleBatch(GroundstreamError, RuntimeError):
     """A fetched batch outlived its assignment; the session starts over, committing nothing."""
 
     retryable = True
+
+
+MEMORY_ERRORS = frozenset(
+    {"builtins.MemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
+)
+"""Classes (`module.qualname`, along the MRO) of running out of memory: the memory entries
+of `pipeline.failures.RETRYABLE`."""
+MEMORY_MESSAGES = {
+    "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException": "Failed to allocate memory"
+}
+"""Classes that mean memory only with this text (`pipeline.failures.RETRYABLE_MESSAGES`)."""
+
+
+def memory_class(exc: BaseException) -> bool:
+    """True when the stage's work ran out of memory (host or GPU), the one retryable error a
+    smaller batch can cure: what a batch takes (encoder tensors, model inputs) grows with
+    its size. The other retryable errors (the broker, a connection, a timeout, the loop's
+    own starts-over) do not depend on the batch's size: halving would only add transactions
+    and redo model calls, so they keep the whole-batch retry from the committed offsets."""
+    if not is_retryable(exc):
+        return False
+    for cls in type(exc).__mro__:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name in MEMORY_ERRORS:
+            return True
+        if name in MEMORY_MESSAGES and MEMORY_MESSAGES[name] in str(exc):
+            return True
+    return False
+
+
+def halves(items: Sequence[Inbound]) -> tuple[list[Inbound], list[Inbound]] | None:
+    """The first and second half of a batch to decide apart, or None when it must not be
+    split: fewer than two, or not in offset order within each partition. In order, each
+    half is a contiguous run of every partition's records, so committing the first half's
+    offsets (its last offset + 1 per partition) skips nothing of the second."""
+    if len(items) < 2:
+        return None
+    last: dict[tuple[str, int], int] = {}
+    for item in items:
+        tp = (item.topic, item.partition)
+        if last.get(tp, -1) >= item.offset:
+            return None
+        last[tp] = item.offset
+    middle = len(items) // 2
+    return list(items[:middle]), list(items[middle:])
 
 
 def _broker_side(exc: BaseException) -> bool:
@@ -370,10 +424,27 @@ class StageLoop:
                     self._observe(item)
             if not work and self._carry(records):
                 return
-            gated = bool(work) and getattr(self.stage, "reads_control", True)
-            if gated:
-                await self._await_control(len(work))
-            spells = self.ctx.control.unknown_spells
+            followed = [r for r in records if r.topic != source]
+            await self._decide(producer, work, followed, received)
+
+    async def _decide(
+        self,
+        producer: AIOKafkaProducer,
+        work: list[Inbound],
+        riders: Sequence[ConsumerRecord],
+        received: float,
+    ) -> None:
+        """Decide `work` (the source's records, in fetch order) and commit its outputs with
+        its offsets and those of `riders` (followed records, already observed) in one
+        transaction. When the stage runs out of memory on two or more (`memory_class`), its
+        writes are put back and each half is decided and committed in turn, the riders with
+        the first; a single candidate that runs out of memory raises, as any batch did."""
+        gated = bool(work) and getattr(self.stage, "reads_control", True)
+        if gated:
+            await self._await_control(len(work))
+        spells = self.ctx.control.unknown_spells
+        restore = savepoint(self.ctx.sessions if self.store is None else self.store)
+        try:
             emits = (
                 await process_isolated(
                     self.stage,
@@ -386,12 +457,29 @@ class StageLoop:
                 if work
                 else []
             )
-            if gated and self.ctx.control.unknown_spells != spells:
-                # Part of the batch may have been decided under the held switch, which
-                # would send what the policy accepts to review: redo it instead.
-                raise ControlUnknown("the kill switch's state turned unknown during a batch")
-            self.telemetry.record(work, emits)
-            await self._commit(producer, emits, records)
+        except Exception as exc:
+            parts = halves(work) if memory_class(exc) else None
+            if parts is None:
+                raise
+            restore()  # the failed attempt's state writes; the riders' observations stay
+            log.warning(
+                "stage %s: %r on a batch of %d: deciding it as %d + %d",
+                self.stage.name,
+                exc,
+                len(work),
+                len(parts[0]),
+                len(parts[1]),
+            )
+            await self._decide(producer, parts[0], riders, received)
+            await self._decide(producer, parts[1], (), received)
+            return
+        if gated and self.ctx.control.unknown_spells != spells:
+            # Part of the batch may have been decided under the held switch, which
+            # would send what the policy accepts to review: redo it instead.
+            raise ControlUnknown("the kill switch's state turned unknown during a batch")
+        self.telemetry.record(work, emits)
+        await self._commit(producer, emits, [*riders, *work])
+        self._progress_at = time.monotonic()  # a committed part is progress (`run`)
 
     async def _await_control(self, size: int) -> None:
         """Hold the batch, uncommitted, until the kill switch's state is known (on or
@@ -457,7 +545,10 @@ class StageLoop:
             observe(record, self.ctx)
 
     async def _commit(
-        self, producer: AIOKafkaProducer, emits: Sequence[Emit], records: list[ConsumerRecord]
+        self,
+        producer: AIOKafkaProducer,
+        emits: Sequence[Emit],
+        records: Sequence[ConsumerRecord | Inbound],
     ) -> None:
         """Outputs, state writes and input offsets in one transaction (see module doc),
         with the offsets carried from batches that wrote nothing."""
