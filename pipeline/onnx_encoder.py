@@ -200,14 +200,9 @@ class OnnxModel:
         """Character spans of `text`'s tokens, no special tokens, no truncation."""
         return list(self.offsets_tokenizer.encode(text, add_special_tokens=False).offsets)
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        """One row per text; longest first in batches (less padding), rows in input order."""
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(order), batch_size):
-            chosen = order[start : start + batch_size]
-            out[chosen] = self._encode_batch([texts[i] for i in chosen])
-        return out
+    def encode_one(self, text: str) -> np.ndarray:
+        """The embedding of one text, run alone at its own length (no padding)."""
+        return self._encode_batch([text])[0]
 
     def feed(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """The graph's inputs for one batch of `texts` (also a calibration batch)."""

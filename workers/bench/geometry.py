@@ -121,8 +121,8 @@ def run(opts: Options) -> Result:
             return stage_seconds(cut[r], f"{backend}{r}")
 
         for backend in opts.backends:
-            # The worker's own model batching (`pipeline.encoder.ENCODE_BATCH`), not the
-            # stage batch: the raw side encodes as the stage's encoder does.
+            # The raw side encodes as the stage's encoder does: one text a model call
+            # (`pipeline.encoder`), whatever the stage batch.
             encoder = SentenceEncoder(backend=backend)
             batches = [texts_per_stage_batch(encoder, part, opts.batch_size) for part in cut]
             warm_texts = texts_per_stage_batch(encoder, warm, opts.batch_size)
