@@ -36,6 +36,16 @@ LONG_CUTS = {
 }
 """Each long-form cut and the short cut it defaults to."""
 
+SCORE_EPSILON = 1e-4
+"""How close to a cut a score may lie before its side of the cut is not a fact about the
+answer but about float noise. Scores are computed in float64 from float32 embeddings: the
+same text's embedding differs by ~1e-7 between torch builds and thread counts and by up to
+2e-5 in SGI between the torch and ONNX backends (measured, docs/determinism.md). So
+`calibrate` never places a cut within this distance of a score it was fitted on (a cut lies
+in a gap at least twice as wide, at its midpoint), and a decision whose score lies this
+close to a cut says so in its record (`near_cut`), which `replay` reports as such rather
+than as a change."""
+
 SGI_DEGENERATE = 10.0
 """Sentinel SGI when θ(r, c) ≈ 0: the response is the context, maximally grounded."""
 
@@ -94,6 +104,24 @@ class Thresholds:
         if long_form:
             return self.grounding_accept_long, self.grounding_review_long  # type: ignore[return-value]
         return self.grounding_accept, self.grounding_review
+
+    def near_cuts(self, method: str, value: float, long_form: bool = False) -> tuple[str, ...]:
+        """The cuts that decide a `method` score of `value` and lie within `SCORE_EPSILON`
+        of it: where the same answer, scored by another build of the encoder, could fall on
+        the other side."""
+        if method == "sgi":
+            names: tuple[str, ...] = ("sgi_strong_pass", "sgi_review")
+        elif method == "dgi":
+            names = ("dgi_pass",)
+        elif method == "grounding":
+            names = (
+                ("grounding_accept_long", "grounding_review_long")
+                if long_form
+                else ("grounding_accept", "grounding_review")
+            )
+        else:
+            return ()
+        return tuple(n for n in names if abs(value - getattr(self, n)) < SCORE_EPSILON)
 
     @classmethod
     def seed(cls) -> Thresholds:

@@ -11,6 +11,8 @@ How each cut is chosen (scores are "higher = more grounded"; a cut accepts ``sco
 
 * ``sgi_review`` and ``dgi_pass``: Youden's J (the cut maximising TPR − FPR), placed
   halfway between the lowest score it accepts and the highest it rejects.
+* Every cut lies in a gap between fitted scores at least 2·`SCORE_EPSILON` wide, so no
+  fitted score is within float noise of it (`pipeline.fit.metrics.separable`).
 * ``sgi_strong_pass`` (auto-accept into state): the lowest cut at or above ``sgi_review``
   whose accepted set holds at most ``max_accept_error`` ungrounded examples as a share of
   the accepted set. If no cut qualifies, the cut is infinite (``inf`` in the policy), so
@@ -35,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from pipeline import defaults as shipped
+from pipeline.claims.units import answer_core
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.fit.metrics import auroc, youden_j, youden_threshold
+from pipeline.fit.metrics import auroc, cut_below, separable, youden_j, youden_threshold
 from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
 
 __all__ = [
@@ -150,15 +153,15 @@ def strong_pass_cut(
 ) -> tuple[float, bool]:
     """The auto-accept cut (see the module docstring) and whether it accepts nothing."""
     distinct = np.unique(scores)  # ascending
+    allowed = separable(distinct)
     for k, cut in enumerate(distinct):
-        if cut < floor:
-            continue
+        if cut < floor or not allowed[k]:
+            continue  # below the review cut, or too close to the score beneath to cut between
         accepted = scores >= cut
         ungrounded_share = float((~labels[accepted]).mean())
         if ungrounded_share <= max_accept_error:
-            # Halfway to the next lower score, never below the review cut: same accepted set.
-            below = distinct[k - 1] if k > 0 else cut
-            return max(floor, float(below + (cut - below) / 2.0)), False
+            # In the gap below `cut`, never below the review cut: the same accepted set.
+            return max(floor, cut_below(distinct, k)), False
     # No cut qualifies: accept nothing. A finite cut just above the highest fitted score
     # would accept a new answer scoring higher still, and on HaluEval the highest SGIs are
     # hallucinated.
@@ -285,7 +288,8 @@ def fit_thresholds(
 
     Each example is a mapping with ``question`` and ``response`` (non-empty strings),
     ``grounded`` (bool) and optionally ``context`` (a string or a list of strings).
-    Examples with a context are scored with SGI, the others with DGI, in one encoder
+    Examples with a context are scored with SGI of the answer's core (as the geometry stage
+    and `pipeline.compute_sgi` score it), the others with DGI, in one encoder
     batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
     ``reference_direction=None`` loads the shipped μ̂ (`pipeline.defaults`), and only
     when some example has no context. Flagged results are left out and counted in
@@ -308,7 +312,8 @@ def fit_thresholds(
         if not isinstance(grounded, bool):
             raise ScoringError(f"example {i}: grounded must be a bool, got {grounded!r}")
         if _has_context(context):
-            sgi_items.append((question, context, response))
+            # The core, as the stage scores it: a cut is fitted on what it is applied to.
+            sgi_items.append((question, context, answer_core(response, question)))
             sgi_labels.append(grounded)
         else:
             dgi_items.append((question, response))

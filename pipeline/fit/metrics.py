@@ -26,14 +26,17 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ScoringError
+from pipeline.thresholds import SCORE_EPSILON
 
 __all__ = [
     "auroc",
+    "cut_below",
     "expected_calibration_error",
     "length_bins",
     "length_matched_auroc",
     "reliability_bins",
     "roc_curve",
+    "separable",
     "youden_j",
     "youden_threshold",
 ]
@@ -133,26 +136,44 @@ def roc_curve(scores: ArrayLike, labels: LabelLike) -> tuple[np.ndarray, np.ndar
     return fpr, tpr, thresholds
 
 
+def separable(distinct: np.ndarray, margin: float = SCORE_EPSILON) -> np.ndarray:
+    """For each of the ascending `distinct` scores, whether a cut accepting it and every
+    higher score can lie at least `margin` from every score: always below the lowest; above
+    a lower neighbour only where the gap between them is at least twice `margin`. Scores
+    closer than that are one score to the fit, since float noise could reorder them."""
+    gaps = np.diff(distinct)
+    return np.r_[True, gaps >= 2.0 * margin]
+
+
+def cut_below(distinct: np.ndarray, k: int, margin: float = SCORE_EPSILON) -> float:
+    """The cut that accepts ``distinct[k:]`` (ascending distinct scores): the midpoint of
+    the gap below ``distinct[k]``, or `margin` below the lowest score for ``k == 0``."""
+    if k == 0:
+        return float(distinct[0]) - margin
+    below, cut = float(distinct[k - 1]), float(distinct[k])
+    return below + (cut - below) / 2.0
+
+
 def youden_threshold(scores: ArrayLike, labels: LabelLike) -> float:
     """The cut maximising Youden's J = TPR − FPR, predicting grounded for ``score >= cut``.
 
     The returned cut sits halfway between the lowest score it accepts and the highest
     score it rejects, so the fitted data are classified exactly as at the optimal
-    observed score while a new score in the gap is not decided by one example. When
-    several cuts reach the same J the highest one wins (it accepts least). When the
-    optimum accepts everything the cut is the lowest score itself.
+    observed score while a new score in the gap is not decided by one example. Only gaps
+    at least 2·`SCORE_EPSILON` wide are candidates (`separable`), so no fitted score lies
+    within `SCORE_EPSILON` of the cut. When several cuts reach the same J the highest one
+    wins (it accepts least). When the optimum accepts everything the cut lies
+    `SCORE_EPSILON` below the lowest score.
 
     Raises:
         ScoringError: as `roc_curve`.
     """
     fpr, tpr, thresholds = roc_curve(scores, labels)
-    j = tpr[1:] - fpr[1:]  # skip the +inf point: a cut must accept something
+    distinct = thresholds[1:][::-1]  # ascending
+    allowed = separable(distinct)[::-1]  # in roc order: highest cut first
+    j = np.where(allowed, tpr[1:] - fpr[1:], -np.inf)  # skip +inf: a cut must accept something
     best = int(np.flatnonzero(j >= j.max() - 1e-12)[0])  # first = highest cut among ties
-    cut = float(thresholds[1 + best])
-    if 2 + best < thresholds.size:
-        below = float(thresholds[2 + best])
-        cut = below + (cut - below) / 2.0
-    return cut
+    return cut_below(distinct, distinct.size - 1 - best)
 
 
 def youden_j(scores: ArrayLike, labels: LabelLike) -> float:

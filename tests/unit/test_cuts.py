@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from pipeline.fit.calibrate import strong_pass_cut
+from pipeline.thresholds import SCORE_EPSILON
 
 
 def fit(scores, labels, floor=0.95, max_accept_error=0.0):
@@ -43,8 +44,18 @@ def test_scores_under_the_floor_are_never_cut_at():
     assert fit([0.5, 2.0], [True, True], floor=1.0) == (1.25, False)
 
 
-def test_lowest_score_qualifying_cuts_at_itself():
-    assert fit([1.0, 2.0], [True, True], floor=0.5) == (1.0, False)
+def test_lowest_score_qualifying_cuts_epsilon_below_itself():
+    # Not on the score: float noise in its embedding must not move that answer out.
+    assert fit([1.0, 2.0], [True, True], floor=0.5) == (1.0 - SCORE_EPSILON, False)
+
+
+def test_no_cut_between_scores_closer_than_twice_epsilon():
+    # Clean from 2.0 up, but 2.0 and the ungrounded 2.0 - ε/2 are one score to float noise:
+    # the cut moves up to the next gap that noise cannot cross.
+    scores = [1.0, 2.0 - SCORE_EPSILON / 2, 2.0, 3.0]
+    cut, _ = fit(scores, [False, False, True, True])
+    assert cut == 2.5
+    assert min(abs(np.array(scores) - cut)) >= SCORE_EPSILON
 
 
 def test_no_clean_cut_accepts_nothing():

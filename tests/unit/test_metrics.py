@@ -19,6 +19,7 @@ from pipeline.fit.metrics import (
     youden_j,
     youden_threshold,
 )
+from pipeline.thresholds import SCORE_EPSILON
 
 T, F = True, False
 
@@ -123,10 +124,19 @@ class TestYouden:
         cut = youden_threshold([0.2, 0.4, 0.6, 0.8], [F, T, F, T])
         assert cut == pytest.approx(0.7)
 
-    def test_optimum_accepting_everything_is_the_lowest_score(self) -> None:
-        # Reversed scores: cut 0.9 gives J = -1, the lowest cut (accept all) J = 0.
-        assert youden_threshold([0.1, 0.9], [T, F]) == pytest.approx(0.1)
+    def test_optimum_accepting_everything_lies_epsilon_below_the_lowest_score(self) -> None:
+        # Reversed scores: cut 0.9 gives J = -1, the lowest cut (accept all) J = 0. Not on
+        # the lowest score itself: float noise could put that very answer under it.
+        assert youden_threshold([0.1, 0.9], [T, F]) == pytest.approx(0.1 - SCORE_EPSILON)
         assert youden_j([0.1, 0.9], [T, F]) == 0.0
+
+    def test_no_cut_between_scores_closer_than_twice_epsilon(self) -> None:
+        # The best split is between 0.5 and 0.50005, but another build of the encoder may
+        # swap them: the cut goes to the next gap that float noise cannot cross.
+        scores = [0.2, 0.5, 0.5 + SCORE_EPSILON / 2, 0.8]
+        cut = youden_threshold(scores, [F, F, T, T])
+        assert cut == pytest.approx((0.5 + SCORE_EPSILON / 2 + 0.8) / 2)
+        assert min(abs(np.array(scores) - cut)) >= SCORE_EPSILON
 
 
 class TestLengthMatchedAuroc:
