@@ -168,10 +168,23 @@ class Change:
     replayed_reason: str = ""
     stages: tuple[str, ...] = ()
     """Stages whose action differs between the recording and the replay."""
+    near_cut: tuple[str, ...] = ()
+    """Cuts the recorded or the replayed switch score lay within `SCORE_EPSILON` of."""
+
+    @property
+    def differs(self) -> bool:
+        return (self.recorded, self.recorded_topic) != (self.replayed, self.replayed_topic)
 
     @property
     def changed(self) -> bool:
-        return (self.recorded, self.recorded_topic) != (self.replayed, self.replayed_topic)
+        """A different outcome that is not float noise at a cut (see `near_cut_change`)."""
+        return self.differs and not self.near_cut
+
+    @property
+    def near_cut_change(self) -> bool:
+        """A different outcome where a score lay within `SCORE_EPSILON` of a cut: the
+        side it fell on depends on the encoder's build, not on the policy."""
+        return self.differs and bool(self.near_cut)
 
     @property
     def transition(self) -> str:
@@ -187,6 +200,7 @@ class Change:
             "replayed_topic": self.replayed_topic,
             "replayed_reason": self.replayed_reason,
             "stages_changed": list(self.stages),
+            "near_cut": list(self.near_cut),
         }
 
 
@@ -209,7 +223,15 @@ def compare(
         replayed_topic=None if replay.outcome is None else replay.outcome.get("topic"),
         replayed_reason="" if replay.outcome is None else str(replay.outcome.get("reason", "")),
         stages=differing,
+        near_cut=tuple(sorted(_near_cut(before) | _near_cut(replay))),
     )
+
+
+def _near_cut(trail: RecordedTrail) -> set[str]:
+    """The cuts a trail's switch record says its score lay within `SCORE_EPSILON` of."""
+    evidence = (trail.record("switch") or {}).get("evidence")
+    near = evidence.get("near_cut") if isinstance(evidence, Mapping) else None
+    return {str(name) for name in near} if isinstance(near, list) else set()
 
 
 def _action(record: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
@@ -226,12 +248,15 @@ class ReplaySummary:
     changed: int
     transitions: Mapping[str, int]
     unrecorded: int
+    near_cut: int = 0
+    """Outcomes that differ only where a score lay within `SCORE_EPSILON` of a cut."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
             "changed": self.changed,
-            "unchanged": self.total - self.changed,
+            "near_cut": self.near_cut,
+            "unchanged": self.total - self.changed - self.near_cut,
             "unrecorded": self.unrecorded,
             "transitions": dict(self.transitions),
         }
@@ -245,4 +270,5 @@ def summarize(changes: Iterable[Change]) -> ReplaySummary:
         changed=len(moved),
         transitions=dict(Counter(c.transition for c in moved).most_common()),
         unrecorded=sum(1 for c in items if c.recorded == UNRECORDED),
+        near_cut=sum(1 for c in items if c.near_cut_change),
     )

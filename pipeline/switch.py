@@ -59,6 +59,9 @@ class SwitchDecision:
     score: float
     method: str
     level: str
+    near_cut: tuple[str, ...] = ()
+    """The cuts the score lay within `SCORE_EPSILON` of (`Thresholds.near_cuts`): the side
+    of the cut it fell on is float noise, and the record says so."""
 
 
 class GroundingSwitch:
@@ -130,6 +133,14 @@ class GroundingSwitch:
             verdict = _recheck(score, self._thresholds)
         else:
             verdict = check(score, self._thresholds)
+        decision = self._route(verdict)
+        if decision.method not in _GEOMETRIC or _unscorable(verdict):
+            return decision
+        long_form = LONG_FORM_CUT in verdict.detail
+        near = self._thresholds.near_cuts(verdict.method, verdict.score, long_form)
+        return replace(decision, near_cut=near) if near else decision
+
+    def _route(self, verdict: Check) -> SwitchDecision:
         if verdict.method not in _GEOMETRIC:
             return self._make(
                 SwitchAction.ESCALATE,
@@ -161,9 +172,16 @@ class GroundingSwitch:
         )
 
 
+def _unscorable(verdict: Check) -> bool:
+    """A check that carries no usable score (flagged geometry or out of the fitted range)."""
+    return (
+        verdict.level is Level.REVIEW and verdict.escalate and verdict.label == "Cannot be scored"
+    )
+
+
 def _recheck(verdict: Check, thresholds: Thresholds) -> Check:
     """Re-derive a geometric Check under this switch's thresholds, so both always agree."""
-    if verdict.level is Level.REVIEW and verdict.escalate and verdict.label == "Cannot be scored":
+    if _unscorable(verdict):
         return verdict
     if verdict.method == "grounding":
         placeholder = SGIResult(0.0, 0.0, 0.0, 0, 1)

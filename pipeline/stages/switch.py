@@ -53,7 +53,8 @@ def decide(
         score=decision.score,
         method=decision.method,
         level=decision.level,
-        evidence={"check": decision.check.render()},
+        evidence={"check": decision.check.render()}
+        | ({"near_cut": list(decision.near_cut)} if decision.near_cut else {}),
         thresholds=cuts,
     )
     return verdict, leave(session, escalated, candidate.turn)

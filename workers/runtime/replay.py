@@ -241,20 +241,27 @@ def render_summary(run: ReplayRun, out: IO[str] | None = None) -> None:
     table.add_column("outcome")
     table.add_column("candidates", justify="right")
     table.add_row("replayed", str(summary.total))
-    table.add_row("unchanged", str(summary.total - summary.changed))
+    table.add_row("unchanged", str(summary.total - summary.changed - summary.near_cut))
     table.add_row("changed", str(summary.changed))
+    if summary.near_cut:
+        table.add_row("within ε of a cut (not a change)", str(summary.near_cut))
     if summary.unrecorded:
         table.add_row("no recorded outcome", str(summary.unrecorded))
     for transition, n in summary.transitions.items():
         table.add_row(f"  {transition}", str(n))
     console.print(table)
-    changed = [c for c in run.changes if c.changed]
+    changed = [c for c in run.changes if c.changed or c.near_cut_change]
     if changed:
         detail = Table(title="changed decisions")
         for name in ("candidate", "recorded", "replayed", "stages", "reason"):
             detail.add_column(name)
         for c in changed[:50]:
+            near = f" (within ε of {', '.join(c.near_cut)})" if c.near_cut else ""
             detail.add_row(
-                c.candidate_id, c.recorded, c.replayed, ", ".join(c.stages), c.replayed_reason
+                c.candidate_id,
+                c.recorded,
+                c.replayed,
+                ", ".join(c.stages),
+                c.replayed_reason + near,
             )
         console.print(detail)
