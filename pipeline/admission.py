@@ -4,20 +4,27 @@ Place in the ladder
     The geometry stage asks `admit` before it encodes anything, and the rules stage before
     it measures source support: both costs grow with the text (encoding with the windows
     of the answer and its source, claim support with claims × windows, source support
-    with answer × source). One 1 MB answer, within the size limit, held the geometry
-    worker for minutes and everyone behind it. A candidate over a cap is decided without
-    the expensive part; its reason names the measure, its value and the cap.
+    with answer × source). The consistency stage asks `admit_samples` before it reads
+    the candidate's own samples: each is compared with the answer and with every other
+    (encoded, or scored pair by pair by an NLI model). One 1 MB answer, within the size
+    limit, held the geometry worker for minutes and everyone behind it. A candidate over
+    a cap is decided without the expensive part; its reason names the measure, its
+    value and the cap.
 
 Measures
     Only what counting costs: words (whitespace-split) of the answer and of its source
     (question and context chunks together), and the answer's claims — counted only once
-    the word caps hold, so counting itself stays bounded by them.
+    the word caps hold, so counting itself stays bounded by them. Of the samples a
+    candidate brings: how many (copies included; collapsing them is work too), and the
+    words of the longest. Samples drawn from the sampler are bounded by the policy
+    (`consistency.n_samples`, `max_tokens`) and the endpoint's reply size, not here.
 
 Failure posture
     `WorkCaps` is validated on construction (`PolicyError` naming the cap); the workers
     build it from GROUNDSTREAM_MAX_* at start-up. Over a cap is never a pass: the geometry
-    stage holds the candidate for a person, the rules stage records an unchecked
-    `source_support` hit (review severity), so nothing unmeasured reaches `state` unseen.
+    and consistency stages hold the candidate for a person, the rules stage records an
+    unchecked `source_support` hit (review severity), so nothing unmeasured reaches
+    `state` unseen.
     Pure: no clock, no I/O.
 """
 
@@ -29,7 +36,17 @@ from dataclasses import dataclass, fields
 from pipeline.claims.units import split_claims
 from pipeline.errors import PolicyError
 
-__all__ = ["CLAIMS", "RESPONSE_WORDS", "SOURCE_WORDS", "Admission", "WorkCaps", "admit"]
+__all__ = [
+    "CLAIMS",
+    "RESPONSE_WORDS",
+    "SAMPLES",
+    "SAMPLE_WORDS",
+    "SOURCE_WORDS",
+    "Admission",
+    "WorkCaps",
+    "admit",
+    "admit_samples",
+]
 
 # The default caps, GROUNDSTREAM_MAX_RESPONSE_WORDS / _SOURCE_WORDS / _CLAIMS (`WorkCaps`):
 # twice the largest the shipped grounding model was fitted on (RAGTruth dev: answers of 342
@@ -38,6 +55,11 @@ __all__ = ["CLAIMS", "RESPONSE_WORDS", "SOURCE_WORDS", "Admission", "WorkCaps", 
 RESPONSE_WORDS = 700
 SOURCE_WORDS = 3500
 CLAIMS = 100
+# GROUNDSTREAM_MAX_SAMPLES / _SAMPLE_WORDS: four times the samples the policy draws by
+# default (`consistency.n_samples` = 5); a sample answers the same question, so it gets
+# the answer's word cap.
+SAMPLES = 20
+SAMPLE_WORDS = RESPONSE_WORDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +73,10 @@ class WorkCaps:
     """Words of the question and the context chunks together: what is encoded beside
     the answer, and what source support reads it against."""
     claims: int = CLAIMS
+    samples: int = SAMPLES
+    """Samples a candidate brings for the consistency stage, copies included."""
+    sample_words: int = SAMPLE_WORDS
+    """Words of each of those samples."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -102,3 +128,20 @@ def admit(
     if over:
         return Admission(False, "over the work cap: " + "; ".join(over), tuple(measures))
     return Admission(True, "", tuple(measures))
+
+
+def admit_samples(samples: Sequence[str], caps: WorkCaps) -> Admission:
+    """The admission of the samples one candidate brings under `caps`: their number and
+    the words of the longest (`sample_words`); see the module docstring."""
+    measures = (
+        ("samples", len(samples)),
+        ("sample_words", max((_words(s) for s in samples), default=0)),
+    )
+    over = [
+        f"{name} {value} over the cap of {getattr(caps, name)}"
+        for name, value in measures
+        if value > getattr(caps, name)
+    ]
+    if over:
+        return Admission(False, "over the work cap: " + "; ".join(over), measures)
+    return Admission(True, "", measures)

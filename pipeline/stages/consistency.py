@@ -6,7 +6,8 @@ the adapter draws them and embeds them, and hands the similarity matrix over. On
 committed interpretation that the response agrees with moves towards state; unresolved,
 requires-clarification and budget-exceeded decisions go on to the judge. An unavailable
 sampler fails closed the same way (up the ladder, never accepted here), and so does a
-commitment resting on too few distinct samples of the candidate's own.
+commitment resting on too few distinct samples of the candidate's own. Samples of its own
+over the work caps (`screen`) go to a person before any is read (`pipeline.admission`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.admission import WorkCaps, admit_samples
 from pipeline.consistency import BudgetLimit, ConsistencyConfig, decide_consistency
 from pipeline.provenance import SampleEvidence, distinct_samples
 from pipeline.routing import RouteConfig, expired
 from pipeline.stages.inputs import CandidateView
-from pipeline.stages.verdict import DEADLINE, DEFER, PASS, Verdict
+from pipeline.stages.verdict import DEADLINE, DEFER, PASS, Verdict, hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,20 @@ class Drawn:
     calls: tuple[Mapping[str, Any], ...]
     breaker: str
     failure: str | None = None
+
+
+def screen(candidate: CandidateView, caps: WorkCaps) -> Verdict | None:
+    """The verdict before the candidate's own samples are read: over the work caps (how
+    many, the words of the longest), a person decides, as geometry holds an answer over
+    them; the record names the cap and the counts. None: go on."""
+    admitted = admit_samples(candidate.samples or (), caps)
+    if admitted.admitted:
+        return None
+    return hold(
+        admitted.reason,
+        "work_cap",
+        evidence={"sample_source": "candidate", "admission": admitted.to_dict()},
+    )
 
 
 def supplied(candidate: CandidateView, route: RouteConfig) -> SampleEvidence:

@@ -86,6 +86,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_response_words": (_positive_int, "an integer >= 1"),
     "max_source_words": (_positive_int, "an integer >= 1"),
     "max_claims": (_positive_int, "an integer >= 1"),
+    "max_samples": (_positive_int, "an integer >= 1"),
+    "max_sample_words": (_positive_int, "an integer >= 1"),
     "web_port": (_port, "a TCP port"),
     "metrics_port": (_port, "a TCP port (the first stage's; each stage adds its index)"),
     "sampler_url": (_url, "an http(s) base URL ending in /v1"),
@@ -128,6 +130,8 @@ class Settings:
     max_response_words: int = admission.RESPONSE_WORDS
     max_source_words: int = admission.SOURCE_WORDS
     max_claims: int = admission.CLAIMS
+    max_samples: int = admission.SAMPLES
+    max_sample_words: int = admission.SAMPLE_WORDS
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     web_token: str = field(default="", repr=False)
@@ -183,7 +187,13 @@ class Settings:
 
     def work_caps(self) -> WorkCaps:
         """The per-candidate work caps (`pipeline.admission`)."""
-        return WorkCaps(self.max_response_words, self.max_source_words, self.max_claims)
+        return WorkCaps(
+            self.max_response_words,
+            self.max_source_words,
+            self.max_claims,
+            self.max_samples,
+            self.max_sample_words,
+        )
 
     def topic(self, topic: Topic) -> str:
         return topic.full(self.topic_prefix)

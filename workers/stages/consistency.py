@@ -3,7 +3,8 @@
 Samples come with the candidate or are drawn from an OpenAI-compatible sampler; they are
 embedded with the stage's encoder (or compared by an NLI model) and the rule in
 `pipeline.stages.consistency` decides on the similarities. An unavailable sampler fails
-closed (up the ladder, never accepted here)."""
+closed (up the ladder, never accepted here); samples of the candidate's own over the work
+caps go to review unread (`consistency.screen`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ class ConsistencyStage(EnvelopeStage):
         started = time.perf_counter()
         c = env.candidate
         config = ctx.policy.consistency
+        screened = consistency.screen(c, ctx.caps)
+        if screened is not None:
+            return conclude(ctx, self.name, env, screened, started)
         route = ctx.route_for(env.route)
         own = consistency.supplied(c, route)
         drawn = None
