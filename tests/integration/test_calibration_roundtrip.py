@@ -9,6 +9,7 @@ import pytest
 from pipeline.policy import load_policy
 from pipeline.results import SGIResult
 from pipeline.scores.check import check
+from pipeline.thresholds import SCORE_EPSILON
 from topics.codec import loads
 
 from .harness import FIXTURES, cli, worker_env
@@ -85,3 +86,27 @@ def test_calibrated_policy_is_used_by_verify_and_check(tmp_path: Path) -> None:
     assert len(bad_accepted) / len(accepted) == pytest.approx(
         metrics["labelled.jsonl.accept_error"], abs=1e-9
     )
+
+
+def closest_to_a_cut(report: str) -> float:
+    """The margin `groundstream determinism` reports between a switch score and its cuts."""
+    (line,) = [ln for ln in report.splitlines() if "closest switch score" in ln]
+    return float(line.split(":")[1].split()[0])
+
+
+def test_a_fitted_policy_decides_its_training_data_the_same_in_every_batch_and_backend(
+    tmp_path: Path,
+) -> None:
+    """Issue 33: calibrate put a cut exactly on a training answer's score, and a 2e-7 move
+    of that score with the batch flipped it. Fitted cuts now keep SCORE_EPSILON from every
+    score they were fitted on, and the encoder's rows do not depend on the batch."""
+    policy_path = tmp_path / "policy.toml"
+    env = worker_env("127.0.0.1:1", "unused.", tmp_path / "data")
+    data = str(FIXTURES / "labelled.jsonl")
+    cli(env, "calibrate", data, "--max-accept-error", "0.1", "--out", str(policy_path))
+    done = cli(env, "determinism", data, "--policy", str(policy_path), "--batch-sizes", "1,7,64")
+    assert "same decision at every stage in every run: 20 of 20" in done.stdout, done.stdout
+    assert "differing away from any cut: 0" in done.stdout
+    assert "within a backend by 0.00e+00" in done.stdout  # bit-identical, not merely close
+    assert "(torch@1, torch@7, torch@64, onnx@1, onnx@7, onnx@64)" in done.stdout
+    assert closest_to_a_cut(done.stdout) >= SCORE_EPSILON

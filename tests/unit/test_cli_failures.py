@@ -50,6 +50,7 @@ BROKER: dict[str, list[str]] = {
 # Commands that read a file, each given a malformed one.
 MALFORMED: dict[str, list[str]] = {
     "eval": ["eval", "{bad}"],
+    "determinism": ["determinism", "{bad}", "--backends", "onnx", "--batch-sizes", "1"],
     "calibrate": ["calibrate", "{bad}", "--out", "{tmp}/fitted.toml"],
     "train": ["train", "--ragtruth", "{bad}", "--begin", "{bad}", "--out", "{tmp}/head"],
     "train claims": [

@@ -62,6 +62,7 @@ for _command in (
     calibrate.calibrate,
     train.train,
     evaluate.eval_command,
+    evaluate.determinism,
     review.review,
     control.control,
     replay.replay,

@@ -82,3 +82,61 @@ def eval_command(
         phrasing=phrasing,
     )
     click.echo(render_summary(metrics))
+
+
+def _csv_ints(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 1,7,64") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"{value!r}: every batch size must be >= 1")
+    return sizes
+
+
+@click.command("determinism")
+@click.argument(
+    "data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@policy_option
+@click.option(
+    "--batch-sizes",
+    default="1,7,64",
+    show_default=True,
+    callback=_csv_ints,
+    help="Stage batch sizes to decide the candidates at.",
+)
+@click.option(
+    "--backends",
+    default="torch,onnx",
+    show_default=True,
+    help="Encoder backends to decide the candidates on (comma-separated).",
+)
+@click.option("--limit", type=int, default=None, help="Read at most N records per file.")
+def determinism(
+    data: tuple[Path, ...],
+    policy: str | None,
+    batch_sizes: tuple[int, ...],
+    backends: str,
+    limit: int | None,
+) -> None:
+    """Decide DATA's candidates at every batch size on every backend and compare: every
+    decision must be the same (a flip within ε of a cut is named, not counted). Exits 1
+    when a decision differs away from every cut."""
+    from pipeline.encoder import BACKENDS
+    from workers.eval.datasets import load_labelled
+    from workers.eval.determinism import check_determinism
+
+    chosen = tuple(b.strip() for b in backends.split(",") if b.strip())
+    unknown = [b for b in chosen if b not in BACKENDS]
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"{backends!r}: expected backends from {', '.join(BACKENDS)}", param_hint="--backends"
+        )
+    settings = load_settings(policy)
+    candidates = [c.candidate for path in data for c in load_labelled(path, limit=limit)]
+    report = check_determinism(candidates, load_policy(settings), chosen, batch_sizes)
+    for line in report.lines():
+        click.echo(line)
+    if report.failures:
+        sys.exit(1)
