@@ -36,6 +36,9 @@ class Topic(StrEnum):
     """Internal, compacted: the outcome ledger, one entry per candidate id (first wins)."""
     SESSIONS = "sessions"
     """Internal, compacted: the switch's per-session table (its changelog)."""
+    JUDGE_LEDGER = "judge.ledger"
+    """Internal, compacted: the judge's table (each partition's spend of the judge budgets
+    and its verdict cache), co-partitioned with `judge`."""
     AUDIT = "audit"
     AUDIT_HEADS = "audit.heads"
     DECISIONS_PUBLIC = "decisions.public"
@@ -81,6 +84,7 @@ _SPECIAL: dict[Topic, TopicSpec] = {
     # State tables of the ladder: the latest value per key is all a restore reads.
     Topic.OUTCOMES: TopicSpec(Topic.OUTCOMES, compacted=True),
     Topic.SESSIONS: TopicSpec(Topic.SESSIONS, compacted=True),
+    Topic.JUDGE_LEDGER: TopicSpec(Topic.JUDGE_LEDGER, compacted=True),
 }
 
 TOPIC_SPECS: tuple[TopicSpec, ...] = tuple(_SPECIAL.get(t, TopicSpec(t)) for t in Topic)

@@ -101,6 +101,10 @@ class StageContext:
     received: float | None = None
     """`time.perf_counter()` when the stage received the batch in hand (set around each
     batch by `isolation.process_isolated`): a decision's timing counts from there."""
+    source_partitions: int = 1
+    """How many partitions the stage's source topic has (set by the Kafka loop on each
+    assignment; the embedded runner is one): the judge gives each partition its share of
+    the judge budgets (`pipeline.judge_budget`)."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)

@@ -268,6 +268,48 @@ class TestSendBatched:
             assert mine == [k for k in keys if k[-1] % 2 == partition]
         assert all(len(batch) <= 2 for _, _, batch in producer.sent)
 
+    async def test_a_message_that_names_its_partition_goes_there(self) -> None:
+        class Producer(FakeProducer):
+            def __init__(self) -> None:
+                super().__init__()
+                self.sent: list[tuple[str, int, list]] = []
+
+            def _partition(self, topic: str, partition: Any, *args: Any) -> int:
+                return 0  # where every key would hash
+
+            async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int):
+                self.sent.append((topic, partition, batch.keys))
+                return await super().send_batch(batch, topic, partition=partition)
+
+        producer = Producer()
+        messages = [
+            ("p.t", b"a", b"v", (), 3),
+            ("p.t", b"b", b"v", (), None),
+            ("p.t", b"c", b"v", ()),
+        ]
+        await send_batched(producer, messages)
+        assert sorted((p, keys) for _, p, keys in producer.sent) == [(0, [b"b", b"c"]), (3, [b"a"])]
+
+    async def test_a_placed_tables_writes_go_to_their_partition(self) -> None:
+        store = ChangelogStore("p.judge.ledger", lambda key: int(key[:1]))
+        store[b"2|x"] = {"n": 1}
+        assert (store.partition_for(b"2|x"), store.partition_for(b"5|y")) == (2, 5)
+        assert ChangelogStore("p.sessions").partition_for(b"2|x") is None
+
+        sent: list[tuple[str, int | None]] = []
+
+        async def capture(producer: Any, messages: Any) -> list:
+            sent.extend((m[0], m[4] if len(m) > 4 else None) for m in messages)
+            return []
+
+        original = loop_module.send_batched
+        loop_module.send_batched = capture  # type: ignore[assignment]
+        try:
+            await loop(store)._commit(FakeProducer(), EMITS, [Record(0, 1)])
+        finally:
+            loop_module.send_batched = original
+        assert ("p.judge.ledger", 2) in sent and ("p.decisions", None) in sent
+
     async def test_a_message_no_batch_takes_fails_instead_of_vanishing(self) -> None:
         class Refusing(FakeBatch):
             def append(self, **kw: Any) -> object | None:

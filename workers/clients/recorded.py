@@ -169,7 +169,9 @@ class RecordedPool:
         evidence = self.answers.evidence(self.stage)
         if evidence is None:
             return True  # never reached: answer "no recorded answer", failing closed
-        return bool(evidence.get("calls")) or "readout" in evidence or "samples" in evidence
+        # A judge the cache or a spent budget answered for made no call, but was there.
+        asked = ("readout", "samples", "cache", "budget")
+        return bool(evidence.get("calls")) or any(k in evidence for k in asked)
 
     def for_route(self, route: RouteConfig) -> RecordedEndpoint:
         return self._endpoint

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from workers.interfaces import Inbound, StageContext
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import PREFIX, Settings, SettingsError
+from workers.stages.judge_ledger import JudgeBook
 
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0)
 """Covers P(grounded) and judge p_yes (0–1), DGI (≤ 1) and SGI (up to ~5, strong cut ~4)."""
@@ -32,6 +33,9 @@ WAIT_BUCKETS = (*SECONDS_BUCKETS, 60.0, 120.0, 300.0)
 
 LAG_INTERVAL = 1.0
 """Seconds between refreshes of the lag gauge."""
+MAX_TENANTS = 100
+"""Tenants with series of their own; the rest count as "(other)" (label cardinality)."""
+OTHER_TENANT = "(other)"
 
 
 def metrics_port(settings: Settings, stage: str) -> int | None:
@@ -151,6 +155,26 @@ class StageMetrics:
             ["stage"],
             registry=r,
         )
+        self.judge_calls = Counter(
+            "groundstream_judge_calls",
+            "Requests sent to the judge endpoint, by route and tenant",
+            ["stage", "route", "tenant"],
+            registry=r,
+        )
+        self.judge_tokens = Counter(
+            "groundstream_judge_tokens",
+            "Tokens the judge's requests spent (the reply's usage, else an estimate), by route"
+            " and tenant",
+            ["stage", "route", "tenant"],
+            registry=r,
+        )
+        self.judge_cache_hits = Counter(
+            "groundstream_judge_cache_hits",
+            "Judge verdicts answered from the verdict cache, without a call, by route",
+            ["stage", "route"],
+            registry=r,
+        )
+        self._tenants: set[str] = set()
         self._lag_keys: set[str] = set()
         self.serving = False  # set by serve_metrics: only then is the lag worth refreshing
         self._processed: dict[int, int] = {}  # source partition → last offset processed
@@ -173,6 +197,33 @@ class StageMetrics:
         score = record.get("score")
         if isinstance(score, int | float):
             self.scores.labels(self.stage, str(record.get("method") or "none")).observe(score)
+        if record.get("stage") == "judge" and isinstance(record.get("evidence"), dict):
+            self._judge(str(record.get("route")), record["evidence"])
+
+    def tenant_label(self, tenant: str) -> str:
+        """`tenant` as a label value: the first `MAX_TENANTS` seen keep their own."""
+        if tenant in self._tenants or len(self._tenants) < MAX_TENANTS:
+            self._tenants.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+    def _judge(self, route: str, evidence: dict[str, Any]) -> None:
+        """Calls and tokens a judge record says were spent, and cache hits."""
+        if evidence.get("cache") == "hit":
+            self.judge_cache_hits.labels(self.stage, route).inc()
+        calls = evidence.get("calls")
+        sent = [c for c in calls if isinstance(c, dict) and c.get("tokens")] if calls else []
+        if not sent:
+            return
+        tenant = self.tenant_label(str(evidence.get("tenant") or ""))
+        self.judge_calls.labels(self.stage, route, tenant).inc(len(sent))
+        spent = evidence.get("tokens") or {}
+        tokens = sum(
+            n
+            for n in (spent.get("prompt_tokens"), spent.get("completion_tokens"))
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0
+        )
+        self.judge_tokens.labels(self.stage, route, tenant).inc(tokens)
 
     def observe_waits(self, items: Sequence[Inbound], arrived: float) -> None:
         """Each message's wait on the source topic: `arrived` (wall clock, when the fetch
@@ -239,6 +290,40 @@ class _LiveCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._cache()
         yield from self._breakers()
+        yield from self._judge_budget()
+
+    def _judge_budget(self) -> Iterator[Metric]:
+        """What is left of each judge budget on this worker's partitions (the group's total
+        is the sum over its workers): the judge's table, read at scrape time."""
+        ledger = getattr(self.stage_obj, "ledger", None)
+        gate = getattr(self.stage_obj, "gate", None)
+        if ledger is None or gate is None:
+            return
+        partitions = max(1, self.ctx.source_partitions)
+        held = getattr(ledger, "partitions", None)
+        held = frozenset(range(partitions)) if held is None else frozenset(held)
+        book = JudgeBook(ledger, gate.window + gate.guard)
+        rows = book.left(self.ctx.policy, partitions, held, self.ctx.clock())
+        left = GaugeMetricFamily(
+            "groundstream_judge_budget_left",
+            "Judge calls (this minute) or tokens (this day) still to spend on this worker's"
+            " partitions, by route and tenant (empty: the route's own budget)",
+            labels=["stage", "route", "tenant", "budget"],
+        )
+        share = GaugeMetricFamily(
+            "groundstream_judge_budget_share",
+            "This worker's partitions' share of each judge budget, by route and tenant",
+            labels=["stage", "route", "tenant", "budget"],
+        )
+        tenants: set[str] = set()
+        for route, tenant, budget, remaining, total in rows:
+            if tenant and tenant not in tenants and len(tenants) >= MAX_TENANTS:
+                continue
+            tenants.add(tenant)
+            left.add_metric([self.stage, route, tenant, budget], float(remaining))
+            share.add_metric([self.stage, route, tenant, budget], float(total))
+        yield left
+        yield share
 
     def _cache(self) -> Iterator[Metric]:
         encoder = self.ctx.services.get("encoder")

@@ -54,7 +54,8 @@ def require_topics(settings: Settings) -> None:
 
 def build_loop(name: str, settings: Settings) -> StageLoop:
     """Stage `name`'s Kafka loop, ready to run: its stage and context, its state table
-    (the switch's sessions, the terminal writer's ledger) and its telemetry."""
+    (the switch's sessions, the judge's and the terminal writer's ledgers) and its
+    telemetry."""
     spec = row(name)
     stage = spec.build(settings)
     ctx = StageContext(
@@ -71,7 +72,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         stage_encoder(ctx)
     store = None
     if spec.changelog is not None:
-        store = ChangelogStore(settings.topic(spec.changelog))
+        store = ChangelogStore(settings.topic(spec.changelog), spec.placement)
         if hasattr(stage, "ledger"):
             stage.ledger = store
         else:

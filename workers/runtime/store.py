@@ -10,7 +10,9 @@ offsets (`changes`, then `commit`), or drops them with the batch (`rollback`). O
 (re)assignment the table is rebuilt by reading its changelog partitions to their end at
 read_committed, so it holds exactly what committed transactions wrote — nothing of an
 aborted one. The changelog is co-partitioned with the source: both are keyed by the same
-bytes and hashed by the same partitioner over the same number of partitions.
+bytes and hashed by the same partitioner over the same number of partitions — or, for a
+table whose keys are not the source's (the judge's spend and verdict cache, one set per
+source partition), `placement` names each key's partition and the entry is written there.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ _DELETED = object()
 class ChangelogStore(MutableMapping[bytes, Any]):
     """JSON values by bytes key; pending writes on top of the committed table."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, placement: Callable[[bytes], int | None] | None = None) -> None:
         self.topic = topic
+        self.placement = placement
+        """The changelog partition of a key, for tables not keyed like their source (None:
+        the partitioner's, by the key's hash, as the source's keys are placed)."""
         self._data: dict[bytes, Any] = {}
         self._pending: dict[bytes, Any] = {}
         self.partitions: frozenset[int] = frozenset()
@@ -62,6 +67,10 @@ class ChangelogStore(MutableMapping[bytes, Any]):
     def changes(self) -> list[tuple[bytes, bytes | None]]:
         """The pending writes as changelog messages (None is a tombstone)."""
         return [(k, None if v is _DELETED else dumps(v)) for k, v in self._pending.items()]
+
+    def partition_for(self, key: bytes) -> int | None:
+        """Where `key`'s changelog entry goes: its `placement`, else None (by its hash)."""
+        return None if self.placement is None else self.placement(key)
 
     def commit(self) -> None:
         for key, value in self._pending.items():

@@ -164,6 +164,8 @@ class DashboardState:
         self.routes: dict[str, BoundedCounter] = {}
         self.gates = BoundedCounter()
         self.breakers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.judge_budget: OrderedDict[tuple[str, str, int], dict[str, Any]] = OrderedDict()
+        """The last judge budget figures recorded per (route, tenant, input partition)."""
         self.histograms: dict[str, Histogram] = {}
         self.thresholds: dict[str, float | str] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
@@ -224,6 +226,7 @@ class DashboardState:
             if record.get("gate"):
                 self.gates.add(_name(record.get("gate")))
         self._breakers(record)
+        self._judge_budget(record, stage)
         self._histogram(record, stage)
         self._latency(record, stage, is_outcome)
         self._time(record, is_outcome)
@@ -247,6 +250,45 @@ class DashboardState:
             self.breakers.move_to_end(key)
             if len(self.breakers) > MAX_KEYS:
                 self.breakers.popitem(last=False)
+
+    def _judge_budget(self, record: Mapping[str, Any], stage: str) -> None:
+        """A judge record's budget figures: what was left of each share when it decided."""
+        evidence = record.get("evidence")
+        budget = evidence.get("budget") if isinstance(evidence, Mapping) else None
+        if stage != "judge" or not isinstance(budget, Mapping):
+            return
+        partition = budget.get("partition")
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            return
+        route = _name(record.get("route"), "?")
+        for scope in ("route", "tenant"):
+            figures = budget.get(scope)
+            if not isinstance(figures, Mapping):
+                continue
+            tenant = _name(figures.get("name")) if scope == "tenant" else ""
+            key = (route, tenant, partition)
+            self.judge_budget[key] = {
+                k: n
+                for k in ("calls_left", "calls_share", "tokens_left", "tokens_share")
+                if (n := _number(figures.get(k))) is not None
+            } | {"partitions": _number(budget.get("partitions"))}
+            self.judge_budget.move_to_end(key)
+            if len(self.judge_budget) > MAX_KEYS:
+                self.judge_budget.popitem(last=False)
+
+    def _judge_spend(self) -> list[dict[str, Any]]:
+        """Spend against budget per route and tenant: the partitions seen, summed."""
+        totals: dict[tuple[str, str], dict[str, Any]] = {}
+        for (route, tenant, _), figures in self.judge_budget.items():
+            total = totals.setdefault(
+                (route, tenant), {"route": route, "tenant": tenant, "partitions_seen": 0}
+            )
+            total["partitions_seen"] += 1
+            total["partitions"] = figures.get("partitions")
+            for k in ("calls_left", "calls_share", "tokens_left", "tokens_share"):
+                if k in figures:
+                    total[k] = total.get(k, 0) + figures[k]
+        return [totals[k] for k in sorted(totals)]
 
     def _histogram(self, record: Mapping[str, Any], stage: str) -> None:
         score = _number(record.get("score"))
@@ -401,6 +443,7 @@ class DashboardState:
             "routes": {r: c.as_dict() for r, c in sorted(self.routes.items())},
             "gates": self.gates.as_dict(),
             "breakers": sorted(self.breakers.values(), key=lambda b: (b["endpoint"], b["route"])),
+            "judge_budget": self._judge_spend(),
             "histograms": histograms,
             "per_minute": [
                 {

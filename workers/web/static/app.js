@@ -410,6 +410,16 @@ function renderSide(s) {
     for (const [mode, n] of Object.entries(modes)) routes.push([`${route} / ${mode}`, n]);
   }
   $("routes").replaceChildren(...kvRows(routes, "none yet"));
+  $("judge-budget").replaceChildren(...kvRows((s.judge_budget || []).map(judgeSpend), "no budget"));
+}
+
+// Spend against budget of one route (or tenant), over the input partitions seen so far.
+function judgeSpend(b) {
+  const parts = [];
+  if (b.calls_share != null) parts.push(`calls ${b.calls_share - b.calls_left}/${b.calls_share}`);
+  if (b.tokens_share != null) parts.push(`tokens ${b.tokens_share - b.tokens_left}/${b.tokens_share}`);
+  const seen = b.partitions ? ` (${b.partitions_seen} of ${b.partitions} partitions)` : "";
+  return [`${b.route}${b.tenant ? ` / ${b.tenant}` : ""}`, parts.join(" · ") + seen];
 }
 
 function renderKill(k) {
