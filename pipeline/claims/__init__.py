@@ -6,4 +6,7 @@
 * `facts.py` — which unsupported numbers and names are claims, and which are artefacts.
 * `head.py` — the claim head: pair features and the small model giving P(supported).
 * `reader.py` — the claim reader: a cross-encoder over a claim and its evidence.
+* `readers.py` — the one reader slot: reader directories (`reader.json`, hashes, labels)
+  and loading any reader, published or trained here.
+* `classifiers.py` — published pair and token classifiers served on ONNX Runtime.
 """

@@ -5,8 +5,9 @@ smaller of the two entailment probabilities, so `consistency.same_meaning` reads
 directions entailed with at least this probability". GROUNDSTREAM_NLI_MODEL names the
 model, loaded once per process: a claim reader trained here (`groundstream train claims`'s
 output directory, or ``reader`` for one shipped in the package; `pipeline.claims.reader`,
-ONNX Runtime, no torch), or a local sentence-transformers CrossEncoder directory (needs
-torch).
+ONNX Runtime, no torch), a published pair classifier `groundstream reader export` wrote
+(``reader`` names GROUNDSTREAM_READER's, `Settings.nli_path`), or a local
+sentence-transformers CrossEncoder directory (needs torch).
 """
 
 from __future__ import annotations
@@ -65,12 +66,15 @@ def _both_ways(directed_of, texts: Sequence[str]) -> np.ndarray:
 
 class ReaderSimilarity:
     """The claim reader as the NLI model: text j is entailed by text i when the reader
-    finds claim j supported by evidence i."""
+    finds claim j supported by evidence i. `reader`: an exported pair reader
+    (`pipeline.claims.classifiers.PairClassifier`) instead of the one trained here."""
 
-    def __init__(self, model_dir: Path) -> None:
-        from pipeline.claims.reader import ClaimReader
+    def __init__(self, model_dir: Path, reader=None) -> None:
+        if reader is None:
+            from pipeline.claims.reader import ClaimReader
 
-        self.reader = ClaimReader(model_dir)
+            reader = ClaimReader(model_dir)
+        self.reader = reader
 
     def matrix(self, texts: Sequence[str]) -> np.ndarray:
         return _both_ways(lambda pairs: self.reader.probability([(h, p) for p, h in pairs]), texts)
@@ -79,11 +83,19 @@ class ReaderSimilarity:
 @lru_cache(maxsize=2)
 def load_nli(model_path: str) -> NliSimilarity | ReaderSimilarity:
     """`reader` (the claim reader shipped in the package), a directory `groundstream train
-    claims` wrote (it holds ``reader.onnx``), or a sentence-transformers CrossEncoder
+    claims` wrote (it holds ``reader.onnx``), a pair reader `groundstream reader export`
+    wrote (checked against its reader.json), or a sentence-transformers CrossEncoder
     directory."""
+    from pipeline.claims.classifiers import load_reader
     from pipeline.claims.reader import MODEL_FILE, bundled_reader_dir
+    from pipeline.claims.readers import MODEL_FILE as EXPORTED_FILE
 
     directory = bundled_reader_dir() if model_path == READER else Path(model_path)
+    if (directory / EXPORTED_FILE).is_file():
+        reader = load_reader(directory)
+        if not hasattr(reader, "probability"):
+            raise ValueError(f"{directory}: a token classifier cannot compare two texts (NLI)")
+        return ReaderSimilarity(directory, reader)
     if (directory / MODEL_FILE).is_file():
         return ReaderSimilarity(directory)
     if model_path == READER:
