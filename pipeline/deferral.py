@@ -18,7 +18,15 @@ switch's own verdict is final only where it is conclusive. Two route settings
 The reader also guards the judge's own yes (`veto_judge_yes`): with ``reader_veto_cut``
 set, a yes on an answer whose weakest claim the reader finds clearly unsupported goes to a
 person, not to rules. Two independent readers must agree before state; an LLM judge that
-says yes to a fluent invention is exactly the error the reader is there to catch.
+says yes to a fluent invention is exactly the error the reader is there to catch. So does
+the geometry (`veto_grounding_yes`): with ``judge_veto_cut`` set, a yes on an answer whose
+P(grounded) is below it goes to a person.
+
+A fitted judge share (`calibrate --judge-share`, `pipeline.fit.judge_share`) needs no
+setting of its own here: its accept cut is the route's accept cut, its reject cut the
+review cut, and ``below_review_with_judge = "on_reject"``, so the switch accepts above the
+band, takes on_reject below it, and escalates the band, which consistency passes on to the
+judge unless samples commit it.
 
 With no judge (``judge_available`` false) the switch's verdict stands unchanged, so a
 route without a judge behaves exactly as before. Whether a judge is available is a fact
@@ -34,7 +42,7 @@ from pipeline.scores.check import Level
 from pipeline.scores.grounding import CLAIM_READER, GroundingModel, reads_claims
 from pipeline.switch import SwitchAction, SwitchDecision
 
-__all__ = ["defer_to_judge", "reader_score", "veto_judge_yes"]
+__all__ = ["defer_to_judge", "reader_score", "veto_grounding_yes", "veto_judge_yes"]
 
 
 def reader_score(score: object, model: GroundingModel | None) -> float | None:
@@ -102,4 +110,19 @@ def veto_judge_yes(reader: float | None, route: RouteConfig) -> str | None:
     return (
         f"judge said yes, but the claim reader's weakest claim {reader:.3f} is below "
         f"reader_veto_cut {cut:.3f}: two readers disagree, a person decides"
+    )
+
+
+def veto_grounding_yes(score: object, route: RouteConfig) -> str | None:
+    """Why a judge's yes goes to a person instead of rules, or None when it stands: the
+    answer's P(grounded) is below `route`'s ``judge_veto_cut``. Where there is no usable
+    P(grounded) (no grounding model, or geometry that could not be scored), the yes stands."""
+    cut = route.judge_veto_cut
+    if cut is None or not isinstance(score, GroundingScore) or score.sgi.flagged:
+        return None
+    if score.value >= cut:
+        return None
+    return (
+        f"judge said yes, but P(grounded) {score.value:.3f} is below judge_veto_cut "
+        f"{cut:.3f}: the geometry finds it clearly ungrounded, a person decides"
     )

@@ -31,6 +31,7 @@ from types import MappingProxyType
 
 from pipeline.chunks import context_chunks
 from pipeline.errors import PolicyError
+from pipeline.judge_evidence import DEFAULT_MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS
 from pipeline.validation import config_from_table, finite
 
 MIN_TOP_LOGPROBS = 5
@@ -80,12 +81,15 @@ class JudgeVerdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class JudgeConfig:
-    """Bars on the readout, how many alternatives to ask for, and the call's time limit."""
+    """Bars on the readout, how many alternatives to ask for, the call's time limit, and
+    the evidence (estimated tokens) above which the judge reads the claims' best windows
+    instead of the whole context (`pipeline.judge_evidence`)."""
 
     accept_bar: float = 0.9
     reject_bar: float = 0.1
     top_logprobs: int = 5
     timeout_seconds: float = 10.0
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("accept_bar", "reject_bar", "timeout_seconds"):
@@ -101,6 +105,11 @@ class JudgeConfig:
         _check_top_logprobs(self.top_logprobs, "judge.top_logprobs")
         if self.timeout_seconds <= 0:
             raise PolicyError("judge.timeout_seconds", self.timeout_seconds, "seconds > 0")
+        value = self.max_context_tokens
+        if isinstance(value, bool) or not isinstance(value, int) or value < MIN_CONTEXT_TOKENS:
+            raise PolicyError(
+                "judge.max_context_tokens", value, f"an integer >= {MIN_CONTEXT_TOKENS} (tokens)"
+            )
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> JudgeConfig:

@@ -9,13 +9,17 @@ move a candidate *away* from state, never towards it. Pure: time comes in as `no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from pipeline.errors import PolicyError
+from pipeline.judge_budget import ROUTE_KEYS as BUDGET_KEYS
+from pipeline.judge_budget import JudgeBudget
+from pipeline.language import parse_languages
 from pipeline.provenance import DEFAULT_GROUNDING_SOURCES, Source, parse_sources
 from pipeline.switch import SwitchAction, parse_on_reject
 from pipeline.validation import number, refuse_unknown, typed
+from pipeline.verdict_cache import DEFAULT_TTL_S, check_ttl
 
 ACTIVE_APPROVAL = "prospective-validation-and-canary-approved"
 """The exact string a route must carry before `active` mode will start (seed 003)."""
@@ -62,6 +66,9 @@ class RouteConfig:
     reader_veto_cut: float | None = None
     """A judge's yes on an answer whose weakest claim the claim reader scores below this
     goes to review: two independent readers must agree before state."""
+    judge_veto_cut: float | None = None
+    """A judge's yes on an answer whose P(grounded) is below this goes to review: an answer
+    the geometry finds clearly ungrounded is not made acceptable by the judge alone."""
 
     grounding_sources: frozenset[Source] = DEFAULT_GROUNDING_SOURCES
     """Context sources whose chunks may ground an answer (`pipeline.provenance`)."""
@@ -74,6 +81,16 @@ class RouteConfig:
     """Task kinds (a candidate's `metadata.task`: QA, Summary, Data2txt, ...) this route
     serves when the candidate names no route: a QA answer and a summary are different
     populations, each judged by its own fit (`calibrate --route NAME --task KIND`)."""
+    judge_budget: JudgeBudget = field(default_factory=JudgeBudget)
+    """Judge calls per minute and tokens per day, for the route and per tenant, and what an
+    answer gets over them (`pipeline.judge_budget`); set by the route table's flat keys."""
+    judge_cache_ttl_seconds: float = DEFAULT_TTL_S
+    """How long a judge's clear verdict answers the same question again
+    (`pipeline.verdict_cache`); 0: never."""
+    languages: tuple[str, ...] | None = None
+    """Languages (ISO 639-1) an answer and its context may be in to be accepted on
+    geometry's word (`pipeline.language`); ["*"] accepts any. None: the encoder's card's
+    (`Policy.languages_for`), English for the default encoder."""
 
     def __post_init__(self) -> None:
         prefix = f"routes.{self.name}"
@@ -93,12 +110,13 @@ class RouteConfig:
                 self.below_review_with_judge,
                 "one of " + ", ".join(BELOW_REVIEW_CHOICES),
             )
-        for name in ("judge_accept_cut", "reader_accept_cut", "reader_veto_cut"):
+        for name in ("judge_accept_cut", "reader_accept_cut", "reader_veto_cut", "judge_veto_cut"):
             cut = getattr(self, name)
             if cut is not None and (
                 isinstance(cut, bool) or not isinstance(cut, int | float) or not 0.0 <= cut <= 1.0
             ):
                 raise PolicyError(f"{prefix}.{name}", cut, "a number in [0, 1]")
+        check_ttl(self.judge_cache_ttl_seconds, f"{prefix}.judge_cache_ttl_seconds")
         if self.mode is Mode.ACTIVE and self.active_approval != ACTIVE_APPROVAL:
             raise PolicyError(
                 f"{prefix}.active_approval",
@@ -123,7 +141,8 @@ class RouteConfig:
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, object]) -> RouteConfig:
         prefix = f"routes.{name}"
-        refuse_unknown(prefix, data, (f.name for f in fields(cls) if f.name != "name"))
+        known = [f.name for f in fields(cls) if f.name not in ("name", "judge_budget")]
+        refuse_unknown(prefix, data, [*known, *BUDGET_KEYS])
         mode_value = data.get("mode", Mode.EVALUATE.value)
         try:
             mode = Mode(mode_value)
@@ -154,7 +173,13 @@ class RouteConfig:
             judge_accept_cut=number(data, prefix, "judge_accept_cut", None),
             reader_accept_cut=number(data, prefix, "reader_accept_cut", None),
             reader_veto_cut=number(data, prefix, "reader_veto_cut", None),
+            judge_veto_cut=number(data, prefix, "judge_veto_cut", None),
             tasks=frozenset(map(str, typed(data, prefix, "tasks", list, []))),
+            judge_budget=JudgeBudget.from_route(data, prefix),
+            judge_cache_ttl_seconds=number(data, prefix, "judge_cache_ttl_seconds", DEFAULT_TTL_S),  # type: ignore[arg-type]
+            languages=None
+            if "languages" not in data
+            else parse_languages(data["languages"], f"{prefix}.languages"),
         )
 
 

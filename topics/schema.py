@@ -17,6 +17,7 @@ import orjson
 
 from pipeline.chunks import context_chunks
 from pipeline.errors import GroundstreamError
+from pipeline.judge_evidence import MAX_RANKED_CLAIMS, MAX_RANKED_WINDOWS, WindowRef, claim_windows
 from pipeline.results import DGIResult, GroundingScore, SGIResult, score_record
 from topics.codec import dumps, loads
 
@@ -280,12 +281,25 @@ def _record_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
 class GeometryPayload:
     """The geometry stage's score, as the switch reads it back: an SGI or DGI record, or
     P(grounded) over the SGI when the policy carries a grounding model. On the wire it is
-    the record's fields, plus `grounding` ({probability, features}) for P(grounded)."""
+    the record's fields, plus `grounding` ({probability, features}) for P(grounded), plus
+    `windows` when the claim head read the answer: per claim, its windows best first as
+    [chunk, first statement, statements] ids into the counted evidence — what the judge
+    reads of a long context (`pipeline.judge_evidence`). Ids, not texts: the envelope cannot
+    carry words that are not the candidate's own evidence. Left out, `windows` is taken
+    from the score's claim reading."""
 
     score: SGIResult | DGIResult | GroundingScore
+    windows: tuple[tuple[WindowRef, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.windows is None:
+            object.__setattr__(self, "windows", claim_windows(self.score))
 
     def to_dict(self) -> dict[str, Any]:
-        return score_record(self.score)
+        record = score_record(self.score)
+        if self.windows:
+            record["windows"] = [[list(ref) for ref in claim] for claim in self.windows]
+        return record
 
     @classmethod
     def from_dict(cls, data: Any) -> GeometryPayload:
@@ -293,15 +307,44 @@ class GeometryPayload:
             raise MalformedMessage("wrong type: envelope geometry must be an object")
         record = dict(data)
         grounding = record.pop("grounding", None)
+        windows = _windows(record.pop("windows", []))
         method = record.get("method")
         if method not in ("sgi", "dgi"):
             raise MalformedMessage("bad value: geometry.method must be 'sgi' or 'dgi'")
         result = _record_from_dict(SGIResult if method == "sgi" else DGIResult, record, "geometry")
         if grounding is None:
-            return cls(result)
+            return cls(result, windows)
         if not isinstance(result, SGIResult):
             raise MalformedMessage("bad value: geometry.grounding comes only with an sgi score")
-        return cls(_grounding(grounding, result))
+        return cls(_grounding(grounding, result), windows)
+
+
+def _windows(data: Any) -> tuple[tuple[WindowRef, ...], ...]:
+    """geometry.windows: at most `MAX_RANKED_CLAIMS` lists of at most `MAX_RANKED_WINDOWS`
+    [chunk, first, size] ids (non-negative integers, size at least 1)."""
+    wrong = (
+        "bad value: geometry.windows must be a list (one per claim) of lists of "
+        "[chunk, first, size] non-negative integer ids"
+    )
+    if not isinstance(data, list) or len(data) > MAX_RANKED_CLAIMS:
+        raise MalformedMessage(wrong)
+    out: list[tuple[WindowRef, ...]] = []
+    for claim in data:
+        if not isinstance(claim, list) or len(claim) > MAX_RANKED_WINDOWS:
+            raise MalformedMessage(wrong)
+        refs: list[WindowRef] = []
+        for ref in claim:
+            if (
+                not isinstance(ref, list)
+                or len(ref) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in ref)
+                or min(ref) < 0
+                or ref[2] < 1
+            ):
+                raise MalformedMessage(wrong)
+            refs.append((ref[0], ref[1], ref[2]))
+        out.append(tuple(refs))
+    return tuple(out)
 
 
 def _grounding(data: Any, sgi: SGIResult) -> GroundingScore:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -265,7 +265,11 @@ class ReaderInput:
         probs = iter(probabilities)
         cands = tuple(cand[:1] for cand in self.found.candidates)
         scores = [(float(next(probs)),) if cand else () for cand in cands]
-        return summarise(self.claims, self.found.windows, cands, scores)
+        summary = summarise(self.claims, self.found.windows, cands, scores)
+        # The reader reads a claim's candidates together, so their order is the ranking's.
+        windows = self.found.windows
+        ranked = tuple(tuple(windows[j] for j in cand) for cand in self.found.candidates)
+        return replace(summary, ranked=ranked)
 
 
 def reader_input(response: str, context: str | Sequence[str], encode: Encode) -> ReaderInput:

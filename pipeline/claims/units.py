@@ -56,6 +56,7 @@ __all__ = [
     "rank_windows",
     "split_claims",
     "split_windows",
+    "statement_joint",
     "strip_lead_in",
     "summarise",
 ]
@@ -102,7 +103,9 @@ class ClaimSupport:
 
     ``score`` is the weakest claim's support (the minimum over claims of each claim's best
     window score); ``weakest`` and ``window`` say which claim and which passage, so a
-    reviewer sees the sentence that failed. ``claim_scores`` follows ``claims``.
+    reviewer sees the sentence that failed. ``claim_scores`` follows ``claims``, and so does
+    ``ranked``: each claim's candidate windows, best first by the scorer (what the judge
+    reads of a long context, :mod:`pipeline.judge_evidence`).
     """
 
     score: float
@@ -110,6 +113,7 @@ class ClaimSupport:
     window: Window | None
     claims: tuple[Claim, ...]
     claim_scores: tuple[float, ...]
+    ranked: tuple[tuple[Window, ...], ...] = ()
 
 
 # ----------------------------------------------------------------------------- claims
@@ -290,6 +294,12 @@ def context_statements(context: str | Sequence[str]) -> tuple[tuple[str, ...], .
     return tuple(out)
 
 
+def statement_joint(chunk: str) -> str:
+    """What joins consecutive statements of `chunk` into one passage: ``"; "`` between the
+    fields of a JSON chunk, a space between sentences of prose."""
+    return "; " if _as_json(chunk) is not None else " "
+
+
 def split_windows(
     context: str | Sequence[str], max_sentences: int = DEFAULT_WINDOW_SENTENCES
 ) -> tuple[Window, ...]:
@@ -300,7 +310,7 @@ def split_windows(
     windows: list[Window] = []
     chunks = context_chunks(context) or ()
     for c, statements in enumerate(context_statements(context)):
-        joint = "; " if _as_json(chunks[c]) is not None else " "
+        joint = statement_joint(chunks[c])
         for first in range(len(statements)):
             text = statements[first]
             windows.append(Window(text, c, first, 1))
@@ -371,14 +381,16 @@ def summarise(
     if not claims:
         return ClaimSupport(1.0, None, None, (), ())
     best: list[tuple[float, Window | None]] = []
+    ranked: list[tuple[Window, ...]] = []
     for cand, scores in zip(candidates, pair_scores, strict=True):
         if len(cand) != len(scores):
             raise ScoringError("each claim needs one score per candidate window")
+        order = sorted(range(len(cand)), key=lambda i: (-scores[i], i))
+        ranked.append(tuple(windows[cand[i]] for i in order))
         if not cand:
             best.append((0.0, None))
             continue
-        j = max(range(len(cand)), key=lambda i: (scores[i], -i))
-        best.append((float(scores[j]), windows[cand[j]]))
+        best.append((float(scores[order[0]]), windows[cand[order[0]]]))
     weakest = min(range(len(claims)), key=lambda i: (best[i][0], i))
     return ClaimSupport(
         score=best[weakest][0],
@@ -386,4 +398,5 @@ def summarise(
         window=best[weakest][1],
         claims=tuple(claims),
         claim_scores=tuple(s for s, _ in best),
+        ranked=tuple(ranked),
     )

@@ -10,6 +10,9 @@ This package may import the runtime core (`pipeline.*`); the core never imports 
   figures and its fitted domain (`fit_grounding`, `fit_logistic`, `cross_validate`), and
   the cuts alone on given probabilities (`fit_cuts`, `operating_point`: what
   `calibrate --from-decisions` refits on reviewers' verdicts).
+* `judge_share.py` — the band of P(grounded) a route's judge is asked about, fitted for
+  a share of the answers (`fit_judge_share`, `fit_bands`), and the frontier of shares it
+  was chosen from (`calibrate --judge-share`).
 * `metrics.py` — AUROC, ROC, Youden's cut, length-matched AUROC, calibration tables.
 """
 

@@ -9,14 +9,16 @@ method from zero, folds chosen by a hash of the context.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.domain import Domain
 from pipeline.errors import ScoringError
+from pipeline.familiarity import FAMILIAR_SHARE
 from pipeline.fit.calibrate import check_accept_error, strong_pass_cut
+from pipeline.fit.familiarity import fit_familiarity
 from pipeline.fit.metrics import auroc, youden_threshold
 from pipeline.scores.grounding import FEATURES, LONG_FORM, GroundingModel
 
@@ -128,6 +130,21 @@ def _probability(x: np.ndarray, coefficients: np.ndarray, intercept: float) -> n
     return 1.0 / (1.0 + np.exp(-np.clip(intercept + x @ coefficients, -50, 50)))
 
 
+def probabilities(model: GroundingModel, x: np.ndarray) -> np.ndarray:
+    """P(grounded) of a fitted model for feature rows `x` in `FEATURES` order, as it was
+    computed while fitting (the runtime's `GroundingModel.probability`, vectorised)."""
+    if tuple(model.features) != FEATURES:
+        raise ScoringError("probabilities needs a model over FEATURES in their order")
+    return _probability(
+        np.asarray(x, dtype=np.float64), np.asarray(model.coefficients), model.intercept
+    )
+
+
+def feature_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """Feature rows (mappings) as a matrix whose columns are `FEATURES` in order."""
+    return np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
+
+
 def fit_cuts(p: np.ndarray, y: np.ndarray, max_accept_error: float) -> tuple[float, float, bool]:
     """(accept, review, accepts-nothing) for probabilities `p` with labels `y`: review at
     Youden's J, accept the lowest cut at or above it whose accepted set holds at most
@@ -169,6 +186,34 @@ def _accept_figures(accepted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return rate, error
 
 
+def fold_probabilities(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    contexts: Sequence[str],
+    *,
+    folds: int,
+    l2: float,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(train mask, test mask, P of the train rows, P of the test rows) for each fold, the
+    model refitted on the train rows. Rows that share a context share a fold; a fold with
+    nothing to test, or whose train rows hold one label only, is skipped."""
+    fold = np.array([_fold_of(c, folds) for c in contexts])
+    for k in range(folds):
+        test, train = fold == k, fold != k
+        if not test.any() or len(np.unique(y[train])) < 2:
+            continue
+        coefficients, intercept = fit_logistic(
+            x[train], y[train], _balanced_weights(groups[train]), l2
+        )
+        yield (
+            train,
+            test,
+            _probability(x[train], coefficients, intercept),
+            _probability(x[test], coefficients, intercept),
+        )
+
+
 def cross_validate(
     x: np.ndarray,
     y: np.ndarray,
@@ -187,18 +232,16 @@ def cross_validate(
     model that saw its source. This is the honest estimate of what the fitted policy does
     on new data of the same kind; the in-sample figures are optimistic.
     """
-    fold = np.array([_fold_of(c, folds) for c in contexts])
     p = np.zeros(len(y))
     accepted = np.zeros(len(y), dtype=bool)
-    for k in range(folds):
-        test, train = fold == k, fold != k
-        if not test.any() or len(np.unique(y[train])) < 2:
-            continue
-        coefficients, intercept, _, cuts = _fit_with_cuts(
-            x[train], y[train], groups[train], max_accept_error, l2, max_accept_error_long
+    for train, test, p_train, p_test in fold_probabilities(
+        x, y, groups, contexts, folds=folds, l2=l2
+    ):
+        cuts = regime_cuts(
+            p_train, y[train], long_rows(x[train]), max_accept_error, max_accept_error_long
         )
-        p[test] = _probability(x[test], coefficients, intercept)
-        accepted[test] = accepted_by(p[test], long_rows(x[test]), cuts)
+        p[test] = p_test
+        accepted[test] = accepted_by(p_test, long_rows(x[test]), cuts)
     metrics: dict[str, float] = {"cv_folds": float(folds)}
     for g in np.unique(groups):
         mask = groups == g
@@ -221,6 +264,8 @@ def fit_grounding(
     l2: float = 1.0,
     shapes: Sequence[Mapping[str, float]] | None = None,
     tasks: Sequence[str | None] | None = None,
+    vectors: np.ndarray | None = None,
+    familiar_share: float = FAMILIAR_SHARE,
 ) -> GroundingFit:
     """Fit P(grounded) and its cuts on labelled feature rows.
 
@@ -231,13 +276,16 @@ def fit_grounding(
     With `contexts` (one string per row naming its source) the metrics also hold
     `folds`-fold cross-validated figures, grouped by context (see `cross_validate`).
     The model records its domain: the range of every feature, and of each row's `shapes`
-    (`pipeline.domain.shape_inputs`) and the task kinds in `tasks`, when given.
+    (`pipeline.domain.shape_inputs`) and the task kinds in `tasks`, when given. With
+    `vectors` (each row's familiarity vector, `pipeline.familiarity`) it carries a
+    familiarity test whose cut holds `familiar_share` of the rows familiar out of fold
+    (`pipeline.fit.familiarity`), its figures in the metrics.
     """
     check_accept_error("max_accept_error", max_accept_error)
     if max_accept_error_long is not None:
         check_accept_error("max_accept_error_long", max_accept_error_long)
     y = np.asarray(labels, dtype=bool)
-    x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float64)
+    x = feature_matrix(rows)
     group = np.asarray(groups)
     coefficients, intercept, p, cuts = _fit_with_cuts(
         x, y, group, max_accept_error, l2, max_accept_error_long
@@ -267,6 +315,16 @@ def fit_grounding(
         {**{name: float(row[name]) for name in FEATURES}, **(shapes[i] if shapes else {})}
         for i, row in enumerate(rows)
     ]
+    familiarity = None
+    if vectors is not None:
+        familiarity, familiar = fit_familiarity(
+            vectors,
+            contexts if contexts is not None else [str(i) for i in range(len(rows))],
+            share=familiar_share,
+            folds=max(folds, 2),
+            groups=groups,
+        )
+        metrics.update(familiar)
     model = GroundingModel(
         FEATURES,
         tuple(float(c) for c in coefficients),
@@ -279,5 +337,6 @@ def fit_grounding(
             "max_accept_error_long": _long_bound(max_accept_error, max_accept_error_long),
         },
         Domain.fitted(inputs, tasks or ()),
+        familiarity,
     )
     return GroundingFit(model, accept, review, accept_long, review_long)

@@ -1,7 +1,8 @@
 """The judge's rule: a clear yes moves the candidate on to rules, a clear no ends it as the
 route's `on_reject`, and anything else — no endpoint, a failed call, a reply that is not
 a clear yes or no — goes to a person. A yes on an answer the claim reader finds clearly
-unsupported goes to a person too (`pipeline.deferral.veto_judge_yes`).
+unsupported goes to a person too (`pipeline.deferral.veto_judge_yes`), and so does a yes on
+one whose P(grounded) is below the route's veto cut (`veto_grounding_yes`).
 
 The verdict routes on `pipeline.judge.JudgeVerdict` (a clear no on the route's
 `on_reject`); the record keeps the switch's vocabulary for the action (yes = `accept`).
@@ -9,7 +10,7 @@ The verdict routes on `pipeline.judge.JudgeVerdict` (a clear no on the route's
 
 from __future__ import annotations
 
-from pipeline.deferral import reader_score, veto_judge_yes
+from pipeline.deferral import reader_score, veto_grounding_yes, veto_judge_yes
 from pipeline.judge import (
     JudgeConfig,
     JudgeReadout,
@@ -51,4 +52,7 @@ def decide(
     vetoed = veto_judge_yes(reader_score(scored, grounding), route)
     if vetoed is not None:
         return Verdict(HOLD, "escalate", vetoed, gate="reader_veto", **fields)
+    vetoed = veto_grounding_yes(scored, route)
+    if vetoed is not None:
+        return Verdict(HOLD, "escalate", vetoed, gate="grounding_veto", **fields)
     return Verdict(verdict, SwitchAction.ACCEPT.value, reason, **fields)

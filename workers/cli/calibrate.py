@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from pipeline.errors import PolicyError
-from workers.cli.base import load_settings, run_kafka
+from workers.cli.base import load_settings, reader_option, reader_weights, run_kafka, use_reader
+
+if TYPE_CHECKING:
+    from pipeline.fit.judge_share import JudgeShare
 
 
 @click.command()
@@ -63,7 +67,22 @@ from workers.cli.base import load_settings, run_kafka
     help="The bound for long-form answers (several sentences, or a source longer than one"
     " encoder window) when it differs; default: --max-accept-error.",
 )
+@click.option(
+    "--judge-share",
+    type=float,
+    default=None,
+    help="Fit the route's band of P(grounded) the judge is asked about: at most this share"
+    " of the answers, accept above it and on_reject below it unjudged, the most right"
+    " answers in state within --max-accept-error. Prints the frontier.",
+)
+@click.option(
+    "--judge-accuracy",
+    type=float,
+    default=None,
+    help="With --judge-share: the share of answers the judge gets right (default 1.0).",
+)
 @click.option("--limit", type=int, default=None, help="Read at most N records per file.")
+@reader_option
 def calibrate(
     data: tuple[Path, ...],
     out_file: Path,
@@ -74,18 +93,22 @@ def calibrate(
     reference: Path | None,
     max_accept_error: float,
     max_accept_error_long: float | None,
+    judge_share: float | None,
+    judge_accuracy: float | None,
     limit: int | None,
+    reader: str | None,
 ) -> None:
     """Fit thresholds, μ̂ and the grounding model from labelled DATA; write a policy file.
 
     With --route, fit one route's own model and cuts into an existing policy; with
-    --from-decisions, refit them on the verdicts reviewers gave."""
+    --from-decisions, refit them on the verdicts reviewers gave; with --judge-share, fit
+    the band the route's judge is asked about (the default route's, or --route's)."""
     from rich.progress import Progress
 
     from pipeline.encoder import default_encoder
     from pipeline.fit.calibrate import check_accept_error
+    from workers.eval.calibration import JUDGE_SHARE_ROUTE, calibrate_route
     from workers.eval.calibration import calibrate as fit
-    from workers.eval.calibration import calibrate_route
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
     for name, bound in (
@@ -96,9 +119,13 @@ def calibrate(
             check_accept_error(name, max_accept_error if bound is None else bound)
         except PolicyError as exc:
             raise click.BadParameter(str(exc), param_hint=name) from None
+    band = _judge_share(judge_share, judge_accuracy)
+    use_reader(reader)  # its P(supported) is fitted as the claim_reader feature
     if from_decisions:
         if max_accept_error_long is not None:
             raise click.UsageError("--max-accept-error-long applies to fits on DATA")
+        if band is not None:
+            raise click.UsageError("--judge-share applies to fits on DATA")
         if data:
             raise click.UsageError("--from-decisions takes its labels from Kafka, not DATA")
         _calibrate_from_decisions(out_file, route, since, max_accept_error, command)
@@ -119,6 +146,7 @@ def calibrate(
                 command=command,
                 tasks=tasks,
                 max_accept_error_long=max_accept_error_long,
+                judge_share=band,
             )
         except PolicyError as exc:
             raise click.UsageError(str(exc)) from None
@@ -126,6 +154,10 @@ def calibrate(
         click.echo(f"wrote route {route} into {out_file}")
         click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in cuts.items()))
         _echo_fit_figures(sections.get("grounding", {}).get("metrics", {}))
+        if line := reader_weights(sections.get("grounding")):
+            click.echo(line)
+        if band is not None:
+            _echo_frontier(route, sections["calibration"])
         return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, int] = {}
@@ -145,11 +177,17 @@ def calibrate(
             command=command,
             progress=progress,
             max_accept_error_long=max_accept_error_long,
+            judge_share=band,
         )
     t = policy["thresholds"]
     click.echo(f"wrote {out_file} (policy {policy['policy']['version']})")
     click.echo("thresholds: " + ", ".join(f"{k}={v:.4f}" for k, v in t.items()))
     _echo_fit_figures(policy.get("grounding", {}).get("metrics", {}))
+    if line := reader_weights(policy.get("grounding")):
+        click.echo(line)
+    if band is not None:
+        route_table = policy["routes"][JUDGE_SHARE_ROUTE]
+        _echo_frontier(JUDGE_SHARE_ROUTE, route_table["calibration"])
 
 
 def _echo_fit_figures(metrics: dict) -> None:
@@ -165,7 +203,85 @@ def _echo_fit_figures(metrics: dict) -> None:
                 f"; cross-validated {metrics[name + '.cv_accept_rate_grounded']:.1%},"
                 f" {metrics[name + '.cv_accept_error']:.1%}"
             )
+        if name + ".cv_familiar" in metrics:
+            line += f"; {metrics[name + '.cv_familiar']:.1%} familiar out of fold"
         click.echo(line)
+    if "familiarity_cut" in metrics:
+        click.echo(
+            f"familiarity: cut {metrics['familiarity_cut']:.4f} (a candidate farther from the"
+            f" calibration data is not accepted on geometry's word);"
+            f" {metrics['cv_familiar']:.1%} of the calibration data familiar out of fold"
+        )
+
+
+def _judge_share(share: float | None, accuracy: float | None) -> JudgeShare | None:
+    """The judge share asked for, checked before minutes of encoding; None without one."""
+    if share is None:
+        if accuracy is not None:
+            raise click.UsageError("--judge-accuracy needs --judge-share")
+        return None
+    from pipeline.fit.judge_share import JudgeShare
+
+    try:
+        return JudgeShare(share, 1.0 if accuracy is None else accuracy)
+    except PolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.field) from None
+
+
+FIGURES = (("right", "right→state"), ("wrong", "state wrong"), ("asked", "asked"))
+"""The frontier's columns, in-sample then cross-validated: the share of right answers that
+reach state, the share of state that is wrong, the share of answers the judge is asked."""
+
+
+def _echo_frontier(route: str, record: dict) -> None:
+    """The fitted band and the frontier it was chosen from: per data file and over every
+    answer, a row per judge share (the chosen one starred), in-sample and cross-validated,
+    then asking the judge about every answer, then what the chosen band lets into state
+    with the judge unavailable."""
+    click.echo(
+        f"judge share {record['judge_share']:.2f} on route {route}: a judge right"
+        f" {record['judge_accuracy']:.0%} of the time, at most {record['max_accept_error']:.1%}"
+        f" of state wrong ({record['max_accept_error_long']:.1%} long-form)"
+    )
+    for regime, cuts in record["band"].items():
+        kind = "long-form" if regime == "long" else regime
+        veto = f"; a yes below {cuts['veto']:.4f} to a person" if "veto" in cuts else ""
+        click.echo(
+            f"  {kind} answers: to state at P(grounded) >= {cuts['accept']:.4f}, to the"
+            f" judge from {cuts['reject']:.4f}, on_reject below{veto}"
+        )
+    columns = [key for key, _ in FIGURES]
+    if any(row.get("to_person") for rows in record["frontier"].values() for row in rows):
+        columns.append("to_person")
+    titles = dict(FIGURES, to_person="to a person")
+    heads = "".join(f"{titles[c]:>13}" for c in columns)
+    frontier = record["frontier"]
+    for name, rows in frontier.items():
+        if name == "all" and len(frontier) == 2:
+            continue  # one data file: "all" repeats it
+        cv = "cv_right" in rows[0]
+        every = rows[-1]
+        click.echo(
+            f"{name}: {every['n']} answers, {every['n_right']} right; in-sample"
+            + (" | cross-validated" if cv else "")
+        )
+        click.echo(f"  {'judge share':<14}{heads}" + (f" |{heads}" if cv else ""))
+        for row in rows:
+            if row.get("every_answer"):
+                label = "every answer"
+            else:
+                chosen = row["share"] == record["judge_share"]
+                label = f"{row['share']:.2f}" + (" *" if chosen else "")
+            cells = "".join(f"{row[c]:>13.1%}" for c in columns)
+            if cv:
+                cells += " |" + "".join(f"{row.get('cv_' + c, row[c]):>13.1%}" for c in columns)
+            click.echo(f"  {label:<14}{cells}")
+        down = record["judge_down"][name]
+        click.echo(
+            f"  judge unavailable at {record['judge_share']:.2f} (the band to a person):"
+            f" {down['right']:.1%} of right answers to state, {down['wrong']:.1%} of state wrong"
+            + (f" | {down['cv_right']:.1%}, {down['cv_wrong']:.1%}" if cv else "")
+        )
 
 
 def _calibrate_from_decisions(

@@ -18,7 +18,6 @@ transport or from reading the reply is an outcome, never an escape.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
@@ -52,6 +51,7 @@ from pipeline.judge import (
     read_verdict,
     strip_thinking_switch,
 )
+from pipeline.tokens import TokenUsage, call_tokens, estimate_request_tokens
 from topics.codec import loads
 
 log = logging.getLogger("groundstream.llm")
@@ -78,7 +78,12 @@ class CallKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CallResult:
-    """One call's outcome; `breaker` is the breaker status after the call."""
+    """One call's outcome; `breaker` is the breaker status after the call.
+
+    tokens: what the call spent (`pipeline.tokens.call_tokens`: the reply's ``usage``, else
+    an estimate marked as one); None when the request never left (an open breaker, no
+    time left), which spends nothing.
+    """
 
     kind: CallKind
     status: int | None
@@ -86,10 +91,16 @@ class CallResult:
     duration_ms: float
     breaker: str
     error: str = ""
+    tokens: TokenUsage | None = None
 
     @property
     def ok(self) -> bool:
         return self.kind is CallKind.OK
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens this call spent (0 when it was never sent)."""
+        return 0 if self.tokens is None else self.tokens.prompt
 
     def to_dict(self) -> dict[str, object]:
         """For logs and decision records: everything but the reply body."""
@@ -99,7 +110,24 @@ class CallResult:
             "duration_ms": round(self.duration_ms, 3),
             "breaker": self.breaker,
             "error": self.error,
+            "tokens": None if self.tokens is None else self.tokens.to_dict(),
         }
+
+
+def prompt_tokens(calls: Sequence[CallResult]) -> int:
+    """Prompt tokens a verdict's calls spent together (a retry's prompt counts again):
+    what a token budget charges for one judged answer."""
+    return sum(call.prompt_tokens for call in calls)
+
+
+def spent_tokens(calls: Sequence[CallResult]) -> TokenUsage:
+    """The calls' tokens summed; estimated when any count was."""
+    counted = [call.tokens for call in calls if call.tokens is not None]
+    return TokenUsage(
+        sum(t.prompt for t in counted),
+        sum(t.completion for t in counted),
+        any(t.estimated for t in counted),
+    )
 
 
 def failure_kind(result: CallResult) -> str:
@@ -137,8 +165,7 @@ class SampleResult:
 
 def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
     """A rough upper estimate of a request's prompt tokens (4 characters a token)."""
-    text = json.dumps(body.get("messages", []), ensure_ascii=False)
-    return max(1, math.ceil(len(text) / 4))
+    return estimate_request_tokens(body)
 
 
 class ChatEndpoint:
@@ -210,9 +237,10 @@ class ChatEndpoint:
         body: dict[str, Any] | None,
         started: float | None,
         error: str = "",
+        tokens: TokenUsage | None = None,
     ) -> CallResult:
         duration = 0.0 if started is None else (time.perf_counter() - started) * 1000.0
-        return CallResult(kind, status, body, duration, self._state.status.value, error)
+        return CallResult(kind, status, body, duration, self._state.status.value, error, tokens)
 
     async def complete(self, body: Mapping[str, Any], *, timeout: float) -> CallResult:
         """POST `body` to ``{base_url}/chat/completions`` within `timeout` seconds."""
@@ -244,7 +272,8 @@ class ChatEndpoint:
             self._state = on_failure(self._state, self.breaker_config, self._clock())
         else:
             self._state = on_success(self._state)
-        return self._result(kind, status, parsed, started, error)
+        tokens = call_tokens(body, parsed if kind is CallKind.OK else None)
+        return self._result(kind, status, parsed, started, error, tokens)
 
     async def judge(
         self,

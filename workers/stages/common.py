@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pipeline.judge_evidence import WindowRef
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import RouteConfig, expired
 from pipeline.stages.inputs import evidence_context
@@ -23,6 +24,12 @@ def geometry_result(env: Envelope) -> SGIResult | DGIResult | GroundingScore | N
     """The score the geometry stage put on the envelope (validated when the envelope was
     parsed: a malformed one is dead-lettered); None when there is none."""
     return None if env.geometry is None else env.geometry.score
+
+
+def geometry_windows(env: Envelope) -> tuple[tuple[WindowRef, ...], ...]:
+    """Each claim's windows, best first, as the geometry stage ranked them (empty when the
+    claim head did not read the answer): what the judge reads of a long context."""
+    return () if env.geometry is None else env.geometry.windows or ()
 
 
 def open_envelopes(

@@ -4,23 +4,35 @@ Reads the verdict from the first token's logprobs (`pipeline.stages.judge` decid
 Anything but a clear yes or no — no endpoint configured, timeout, 5xx, open breaker,
 malformed reply, missing logprobs — goes to a person. Calls for a batch run concurrently,
 each inside its candidate's deadline, so a slow endpoint never stalls the consumer past
-the judge timeout."""
+the judge timeout. Before a call, the verdict cache and the route's judge budgets have
+their say (`workers.stages.judge_ledger`: a cached clear verdict answers without a call;
+over budget, never an accept), on the table the loop restores per input partition."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import MutableMapping, Sequence
 from dataclasses import replace
+from typing import Any
 
+from pipeline.judge_evidence import judge_context
 from pipeline.routing import expired
 from pipeline.stages import judge
 from pipeline.stages.inputs import evidence_context
 from pipeline.stages.verdict import DEADLINE
 from topics.names import Topic
 from topics.schema import Envelope
-from workers.clients.endpoints import EndpointPool, time_left
-from workers.clients.llm import failure_kind
-from workers.interfaces import Emit, EndpointConfig, StageContext
-from workers.stages.common import EnvelopeStage, geometry_result
+from workers.clients.endpoints import EndpointPool
+from workers.clients.llm import failure_kind, spent_tokens
+from workers.interfaces import Emit, EndpointConfig, Inbound, StageContext
+from workers.stages.common import (
+    EnvelopeStage,
+    geometry_result,
+    geometry_windows,
+    open_envelopes,
+)
+from workers.stages.judge_ledger import JudgeGate
 from workers.stages.kit import conclude
 
 
@@ -31,27 +43,52 @@ class JudgeStage(EnvelopeStage):
     def __init__(self, judge: EndpointConfig) -> None:
         self.pool = EndpointPool("judge", judge.url, judge.model, judge.api_key)
         self.timeout = judge.timeout
+        self.ledger: MutableMapping[bytes, Any] = {}
+        """Spend and verdict cache per input partition; the Kafka loop's changelog store."""
+        self.gate = JudgeGate()
 
-    async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
+    async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
+        """As every envelope stage, keeping each envelope's input partition: the budgets
+        and the cache are kept per partition."""
+        self.gate.sweep(self.ledger, ctx.policy, ctx.clock())
+        emits: list[Emit] = []
+        work = []
+        for item in batch:
+            envelopes, dead = open_envelopes(self.name, [item], ctx, self.source)
+            emits += dead
+            work += [(env, max(0, item.partition)) for env in envelopes]
+        for result in await asyncio.gather(*(self.decide_one(e, ctx, p) for e, p in work)):
+            emits += result
+        return emits
+
+    async def decide_one(self, env: Envelope, ctx: StageContext, partition: int = 0) -> list[Emit]:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
         c = env.candidate
         if not self.pool.configured:
             return conclude(ctx, self.name, env, judge.UNAVAILABLE, started)
         endpoint = self.pool.for_route(route)
-        timeout = time_left(
-            env.deadline, ctx.clock(), min(self.timeout, ctx.policy.judge.timeout_seconds)
-        )
-        readout, calls = await endpoint.judge(
-            c.question,
+        cap = min(self.timeout, ctx.policy.judge.timeout_seconds)
+        # A long context is read as its claims' best windows (pipeline.judge_evidence).
+        read = judge_context(
             evidence_context(c, route)[0],
             c.response,
-            ctx.policy.judge,
-            timeout=timeout,
+            geometry_windows(env),
+            ctx.policy.judge.max_context_tokens,
         )
+        asked = await self.gate.ask(
+            self.ledger, endpoint, self.pool.model, env, route, ctx, partition, read.chunks, cap
+        )
+        readout, calls = asked.readout, list(asked.calls)
+        if asked.over is not None:  # a budget is spent: never an accept (pipeline.judge_budget)
+            spent = {"model": self.pool.model, "context": read.to_dict(), **asked.evidence}
+            return conclude(ctx, self.name, env, replace(asked.over, evidence=spent), started)
         if expired(env.deadline, ctx.clock()):
             return conclude(ctx, self.name, env, DEADLINE, started)
         evidence: dict = {"calls": [call.to_dict() for call in calls], "model": self.pool.model}
+        evidence.update(asked.evidence)
+        evidence["context"] = read.to_dict()
+        evidence["tokens"] = spent_tokens(calls).to_dict()
         if readout is not None:
             evidence["readout"] = readout.to_dict()
         verdict = judge.decide(
