@@ -18,12 +18,12 @@ import numpy as np
 
 from pipeline import switch
 from pipeline.chunks import context_chunks
-from pipeline.claims.head import ClaimHead, PairReader, read_head
+from pipeline.claims.head import ClaimHead, read_head
 from pipeline.claims.units import answer_core
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.scores.batch import score_batch
+from pipeline.scores.batch import Reader, language_guard, score_batch
 from pipeline.scores.check import Check, Score
 from pipeline.scores.check import check as core_check
 from pipeline.scores.geometric import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
@@ -53,14 +53,30 @@ def default_claim_head() -> ClaimHead:
 
 
 @lru_cache(maxsize=1)
-def default_claim_reader() -> PairReader | None:
-    """The shipped claim reader's P(supported) (`pipeline/data/reader/`), loaded once;
-    None where no reader ships (the grounding model then reads its feature as 0)."""
-    from pipeline.claims.reader import MODEL_FILE, ClaimReader, bundled_reader_dir
+def default_claim_reader() -> Reader | None:
+    """The reader of GROUNDSTREAM_READER (a directory `groundstream reader export` or `train
+    claims` wrote, checked against its reader.json), else the shipped claim reader
+    (`pipeline/data/reader/`), loaded once; None where neither is (the grounding model then
+    reads its feature as 0)."""
+    import os
 
+    from pipeline.claims.reader import MODEL_FILE, ClaimReader, bundled_reader_dir
+    from pipeline.claims.readers import READER_ENV
+
+    if os.environ.get(READER_ENV):
+        return claim_reader_at(os.environ[READER_ENV])
     if not (bundled_reader_dir() / MODEL_FILE).is_file():
         return None
     return ClaimReader(bundled_reader_dir()).probability
+
+
+@lru_cache(maxsize=4)
+def claim_reader_at(directory: str) -> Reader:
+    """The reader in `directory` (`pipeline.claims.classifiers.load_reader`), loaded once per
+    process: `--reader DIR` and GROUNDSTREAM_READER serve it."""
+    from pipeline.claims.classifiers import load_reader
+
+    return load_reader(directory)
 
 
 def default_encoder() -> Encoder:
@@ -108,7 +124,8 @@ def score_candidate(
     if context is None:
         if policy.reference is None:
             return DGIResult(0.0, 0.0, 1, True, NO_REFERENCE)
-        return compute_dgi(question, response, enc, default_reference())
+        dgi = compute_dgi(question, response, enc, default_reference())
+        return language_guard(dgi, response, None, policy.languages_for("default"), question)
     return score_batch(
         [(question, context_chunks(context), response)],
         enc,
@@ -117,6 +134,7 @@ def score_candidate(
         None,
         default_claim_head(),
         default_claim_reader(),
+        languages=policy.languages_for("default"),
     )[0]
 
 

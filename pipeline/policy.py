@@ -22,6 +22,7 @@ from pipeline.attach import AttachMapping
 from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.judge import JudgeConfig
+from pipeline.language import encoder_languages
 from pipeline.routing import Mode, RouteConfig
 from pipeline.rules import RulesConfig
 from pipeline.scores.grounding import GroundingModel
@@ -105,6 +106,12 @@ class Policy:
         """The grounding model a route's candidates are scored by: its own, else the policy's."""
         fit = self.route_fits.get(route)
         return self.grounding if fit is None or fit.grounding is None else fit.grounding
+
+    def languages_for(self, route: str) -> tuple[str, ...]:
+        """The languages a route's candidates may be accepted in on geometry's word: the
+        route's `languages`, else those the encoder's card lists (`pipeline.language`)."""
+        own = self.route(route).languages
+        return own if own is not None else encoder_languages(self.encoder_model)
 
     def route_serving(self, task: str | None) -> str | None:
         """The route that serves candidates of task kind `task` (its `tasks` name it) when

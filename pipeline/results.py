@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pipeline.claims.units import ClaimSupport
@@ -68,6 +68,14 @@ class GroundingScore:
     claim: ClaimSupport | None = field(default=None, compare=False)
     """The claim head's reading (weakest claim, its best window and score), when measured;
     evidence for the decision record, not part of the score's wire form."""
+    reader: str = field(default="", compare=False)
+    """The reader whose reading `claim` is (`pipeline.claims.readers.ReaderSpec.name`), when
+    a reader was run; "" when `claim` is the head's. Evidence, not wire form."""
+    guards: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """What the guards read besides the fitted range, by name: the familiarity test's
+    distance and cut (`pipeline.familiarity`), the answer's and context's languages
+    (`pipeline.language`). Evidence for the decision record; a guard that fails flags the
+    score, and its reason is the wire form's `out_of_range`."""
 
     @property
     def out_of_range(self) -> str:

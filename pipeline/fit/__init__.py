@@ -10,6 +10,9 @@ This package may import the runtime core (`pipeline.*`); the core never imports 
   figures and its fitted domain (`fit_grounding`, `fit_logistic`, `cross_validate`), and
   the cuts alone on given probabilities (`fit_cuts`, `operating_point`: what
   `calibrate --from-decisions` refits on reviewers' verdicts).
+* `familiarity.py` — the familiarity test every fitted model carries: principal components
+  of the answers' embeddings and the cut holding a share of them familiar out of fold
+  (`fit_familiarity`).
 * `judge_share.py` — the band of P(grounded) a route's judge is asked about, fitted for
   a share of the answers (`fit_judge_share`, `fit_bands`), and the frontier of shares it
   was chosen from (`calibrate --judge-share`).

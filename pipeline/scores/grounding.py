@@ -26,10 +26,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pipeline.claims.support import measure_support, ngram_precision
 from pipeline.claims.units import ClaimSupport
 from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
+from pipeline.familiarity import Familiarity
 from pipeline.results import GroundingScore, SGIResult
 
 CLAIM_SUPPORT = "claim_support"
@@ -66,6 +69,9 @@ longer than one encoder window). Support means something else for a one-sentence
 taken from one passage than for a paraphrasing summary of a long source, where common
 words are found by chance and right answers also use words of their own; the two kinds
 get their own weights instead of one compromise."""
+
+FAMILIARITY = "familiarity"
+"""The evidence key of the familiarity test's reading (distance, cut, familiar)."""
 
 _CAP = 3  # counts of unsupported numbers and names beyond this add no information
 _WORD_CAP = 6  # nor do unsupported words beyond this
@@ -136,7 +142,8 @@ class GroundingModel:
     """Logistic regression over `features`; `probability` is P(grounded).
 
     `domain` is what it was fitted on (`pipeline.domain`); a policy written before domains
-    were recorded has none, and its model is trusted everywhere as before.
+    were recorded has none, and its model is trusted everywhere as before. `familiarity`
+    tells whether a candidate's topic is like the fitted data's.
     """
 
     features: tuple[str, ...]
@@ -144,6 +151,9 @@ class GroundingModel:
     intercept: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     domain: Domain | None = None
+    familiarity: Familiarity | None = None
+    """The test of whether a candidate looks like the fitted data (`pipeline.familiarity`);
+    None in a policy written before it existed: the model is trusted on any topic."""
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -171,6 +181,8 @@ class GroundingModel:
         }
         if self.domain is not None:
             out["domain"] = self.domain.to_dict()
+        if self.familiarity is not None:
+            out["familiarity"] = self.familiarity.to_dict()
         return out
 
     @classmethod
@@ -178,7 +190,7 @@ class GroundingModel:
         """The model of a policy's `[grounding]` table; None when the table is empty."""
         if not data:
             return None
-        known = {"features", "coefficients", "intercept", "metrics", "domain"}
+        known = {"features", "coefficients", "intercept", "metrics", "domain", "familiarity"}
         for key in data:
             if key not in known:
                 raise PolicyError(
@@ -200,12 +212,18 @@ class GroundingModel:
         domain = data.get("domain")
         if domain is not None and not isinstance(domain, Mapping):
             raise PolicyError("grounding.domain", domain, "a table")
+        familiar = data.get("familiarity")
+        if familiar is not None and not isinstance(familiar, Mapping):
+            raise PolicyError("grounding.familiarity", familiar, "a table")
         return cls(
             tuple(features),
             tuple(float(c) for c in coefficients),
             float(intercept),
             dict(metrics),
             None if domain is None else Domain.from_mapping(domain, "grounding.domain"),
+            None
+            if familiar is None
+            else Familiarity.from_mapping(familiar, "grounding.familiarity"),
         )
 
 
@@ -228,6 +246,7 @@ def score_grounding(
     task: str | None = None,
     claim: ClaimSupport | None = None,
     reader: ClaimSupport | None = None,
+    familiar: np.ndarray | None = None,
 ) -> GroundingScore:
     """Combine one response's SGI and support into P(grounded); a flagged SGI stays flagged.
 
@@ -236,7 +255,10 @@ def score_grounding(
     or rejected on a model that never saw its like. `task` is the candidate's task kind,
     when it names one; `claim` the claim head's reading of the response, kept on the score
     so the decision record can name the weakest claim; `reader` the claim reader's, which
-    the record names instead when it was measured.
+    the record names instead when it was measured. `familiar` is the answer's familiarity
+    vector (`pipeline.familiarity.familiarity_vector`): when the model carries a familiarity
+    test, an answer unlike the fitted data is flagged too, with its distance and the cut,
+    and the distance is kept as evidence (`GroundingScore.guards`) either way.
     """
     features = grounding_features(question, context, response, sgi, claim, reader)
     claim = reader or claim
@@ -245,8 +267,19 @@ def score_grounding(
             0.0, sgi, features, flagged=True, flag_reason=sgi.flag_reason, claim=claim
         )
     p = model.probability(features)
-    if model.domain is None:
-        return GroundingScore(p, sgi, features, claim=claim)
-    shape = shape_inputs(response, sgi.context_windows, bool(context))
-    reason = model.domain.outside({**features, **shape}, task)
-    return GroundingScore(p, sgi, features, flagged=bool(reason), flag_reason=reason, claim=claim)
+    reasons, guards = [], {}
+    if model.domain is not None:
+        shape = shape_inputs(response, sgi.context_windows, bool(context))
+        reasons.append(model.domain.outside({**features, **shape}, task))
+    if model.familiarity is not None and familiar is not None:
+        reasons.append(model.familiarity.unfamiliar(familiar))
+        if len(familiar) == model.familiarity.dimension:
+            guards[FAMILIARITY] = {
+                "distance": model.familiarity.distance(familiar),
+                "cut": model.familiarity.cut,
+                "familiar": not reasons[-1],
+            }
+    reason = "; ".join(r for r in reasons if r)
+    return GroundingScore(
+        p, sgi, features, flagged=bool(reason), flag_reason=reason, claim=claim, guards=guards
+    )

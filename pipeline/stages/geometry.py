@@ -94,8 +94,11 @@ def decide(
         evidence["features"] = dict(scored.features)
         if scored.out_of_range:
             evidence["out_of_range"] = scored.out_of_range
+        evidence.update(scored.guards)  # familiarity's distance, the languages read
         if scored.claim is not None and scored.claim.weakest is not None:
             evidence["weakest_claim"] = weakest(scored.claim)
+        if scored.reader and scored.claim is not None:
+            evidence["reader"] = reader_record(scored.reader, scored.claim)
     return Verdict(
         SCORED,
         SCORED,
@@ -118,4 +121,16 @@ def weakest(claim: ClaimSupport) -> dict[str, Any]:
         "window": window.text if window else "",
         "score": claim.score,
         "claims": len(claim.claims),
+    }
+
+
+def reader_record(name: str, claim: ClaimSupport) -> dict[str, Any]:
+    """The reader that read the answer and its P(supported) of every claim, with the
+    claim's span in the response: what `eval` and an auditor compare across readers."""
+    return {
+        "name": name,
+        "claims": [
+            {"text": c.text, "span": [c.start, c.end], "support": score}
+            for c, score in zip(claim.claims, claim.claim_scores, strict=True)
+        ],
     }

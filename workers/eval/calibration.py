@@ -27,26 +27,29 @@ from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import shape_inputs, task_of
 from pipeline.encoder import INT8_SUFFIX, SentenceEncoder
 from pipeline.errors import PolicyError
+from pipeline.familiarity import FAMILIAR_SHARE
 from pipeline.fit.calibrate import (
     FitResult,
     fit_reference_direction,
     fit_thresholds_from_scores,
 )
-from pipeline.fit.grounding import GroundingFit, fit_grounding
+from pipeline.fit.grounding import GroundingFit, feature_matrix, fit_grounding
+from pipeline.fit.judge_share import JudgeShare, JudgeShareFit, fit_judge_share
 from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
-from pipeline.routing import ACTIVE_APPROVAL
-from pipeline.scores.batch import measure_batch
+from pipeline.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
+from pipeline.scores.batch import familiarity_vectors, measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
 
 Progress = Callable[[str, int, int], None]
 
-FIT_PROCEDURE = 3
+FIT_PROCEDURE = 4
 """Bumped when `calibrate` writes something else for the same data and options, so the
 policy's version names the procedure too (2: an accept cut that nothing meets is inf, and
 the grounding model records its fitted domain; 3: features read the answer's core, claim
-support is one, and short and long-form answers get their own cuts)."""
+support is one, and short and long-form answers get their own cuts; 4: the grounding model
+carries a familiarity test)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,32 @@ def fit_examples(
     """The SGI / DGI cuts and the grounding model (with its cuts and domain) fitted on
     labelled examples: the one procedure behind `calibrate`, `--route` and
     `--from-decisions`."""
+    fit, grounding, _ = fit_with_band(
+        examples,
+        mu=mu,
+        max_accept_error=max_accept_error,
+        encoder=encoder,
+        progress=progress,
+        max_accept_error_long=max_accept_error_long,
+    )
+    return fit, grounding
+
+
+def fit_with_band(
+    examples: Sequence[Example],
+    *,
+    mu: np.ndarray | None,
+    max_accept_error: float,
+    encoder: SentenceEncoder,
+    progress: Progress | None = None,
+    max_accept_error_long: float | None = None,
+    judge_share: JudgeShare | None = None,
+    familiar_share: float = FAMILIAR_SHARE,
+) -> tuple[FitResult, GroundingFit | None, JudgeShareFit | None]:
+    """`fit_examples`, and with `judge_share` the band of the grounding model's
+    P(grounded) the judge is asked about (`pipeline.fit.judge_share`), fitted under the
+    same bounds on the same answers. The model's familiarity test holds `familiar_share`
+    of the answers familiar out of fold (`pipeline.fit.familiarity`)."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
     head, reader = default_claim_head(), default_claim_reader()
@@ -148,23 +177,47 @@ def fit_examples(
         [(r.value, e.grounded) for r, e in zip(dgi, without, strict=True) if not r.flagged],
         max_accept_error,
     )
-    grounding = None
+    grounding = band = None
     if with_ctx:
         rows = [
             grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
             for m, e in zip(measured, with_ctx, strict=True)
         ]
+        labels = [e.grounded for e in with_ctx]
+        groups = [e.group for e in with_ctx]
+        contexts = ["\n".join(e.context or ()) for e in with_ctx]
         grounding = fit_grounding(
             rows,
-            [e.grounded for e in with_ctx],
-            [e.group for e in with_ctx],
-            contexts=["\n".join(e.context or ()) for e in with_ctx],
+            labels,
+            groups,
+            contexts=contexts,
             max_accept_error=max_accept_error,
             max_accept_error_long=max_accept_error_long,
             shapes=[shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
             tasks=[e.task for e in with_ctx],
+            vectors=np.array(
+                _in_batches(
+                    [(e.context or (), m.core) for e, m in zip(with_ctx, measured, strict=True)],
+                    64,
+                    lambda b: familiarity_vectors(b, encoder),
+                    None,
+                    "familiarity",
+                )
+            ),
+            familiar_share=familiar_share,
         )
-    return fit, grounding
+        if judge_share is not None:
+            band = fit_judge_share(
+                feature_matrix(rows),
+                np.asarray(labels),
+                np.asarray(groups),
+                grounding.model,
+                judge_share,
+                max_error=max_accept_error,
+                max_error_long=max_accept_error_long,
+                contexts=contexts,
+            )
+    return fit, grounding, band
 
 
 def _long_bound_entry(max_accept_error_long: float | None) -> dict[str, float]:
@@ -213,18 +266,22 @@ def calibrate(
     command: str,
     progress: Progress | None = None,
     max_accept_error_long: float | None = None,
+    judge_share: JudgeShare | None = None,
 ) -> dict[str, Any]:
-    """Fit and write a policy file; returns the fitted sections for the CLI to print."""
+    """Fit and write a policy file; returns the fitted sections for the CLI to print.
+    With `judge_share`, the default route also gets the band of P(grounded) its judge is
+    asked about (`judge_share_route`); everything else is written as without it."""
     started = time.time()
     examples = [e for path in data for e in examples_from(path, limit)]
     mu, n_reference = (None, 0) if reference is None else fit_reference(reference, encoder)
-    fit, grounding = fit_examples(
+    fit, grounding, band = fit_with_band(
         examples,
         mu=mu,
         max_accept_error=max_accept_error,
         encoder=encoder,
         progress=progress,
         max_accept_error_long=max_accept_error_long,
+        judge_share=judge_share,
     )
     now = datetime.now(UTC)
     hashes = {p.name: file_sha256(p) for p in data}
@@ -237,6 +294,7 @@ def calibrate(
             limit,
             max_accept_error,
             *(() if max_accept_error_long is None else (max_accept_error_long,)),
+            *(() if judge_share is None else (judge_share.share, judge_share.accuracy)),
             encoder.model_id,
             reference and file_sha256(reference),
         )
@@ -291,8 +349,58 @@ def calibrate(
         sections = fitted_sections(fit, grounding)
         policy["thresholds"].update(sections["thresholds"])
         policy["grounding"] = sections["grounding"]
+    _drop_stale_bands(policy["routes"])
+    if band is not None:
+        routes = policy["routes"]
+        routes[JUDGE_SHARE_ROUTE] = judge_share_route(
+            routes.get(JUDGE_SHARE_ROUTE, {}),
+            band,
+            {"produced_by": command, "produced_at": now.isoformat(timespec="seconds")},
+        )
     write_policy(policy, out)
     return policy
+
+
+JUDGE_SHARE_ROUTE = "default"
+"""The route a whole-policy `calibrate --judge-share` fits the band for (with `--route`,
+that route)."""
+
+UNJUDGED_ACCEPTS = ("judge_accept_cut", "reader_accept_cut")
+"""Route settings that send answers above the accept cut to the judge: a fitted band asks
+about the band only, so the fit removes them (the share would not hold with them)."""
+
+
+def judge_share_settings(settings: dict[str, Any], band: JudgeShareFit) -> dict[str, Any]:
+    """A route's settings for a fitted band: below the reject cut the route's on_reject,
+    never the judge; nothing above the accept cut asked; the veto cut the fit found, if any."""
+    out = {k: v for k, v in settings.items() if k not in (*UNJUDGED_ACCEPTS, "judge_veto_cut")}
+    out["below_review_with_judge"] = BELOW_REVIEW_ON_REJECT
+    if band.veto is not None:
+        out["judge_veto_cut"] = band.veto
+    return out
+
+
+def _drop_stale_bands(routes: dict[str, Any]) -> None:
+    """Drop the fitted band of every kept route that scores by the policy's model: the band
+    was fitted on the model this refit replaces. (A route with a model of its own keeps it
+    and its band, as `--route` fits are kept.)"""
+    for name, table in routes.items():
+        if "judge_share" in table.get("calibration", {}) and "grounding" not in table:
+            routes[name] = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
+
+
+def judge_share_route(
+    table: dict[str, Any], band: JudgeShareFit, provenance: dict[str, Any]
+) -> dict[str, Any]:
+    """A route table (as the policy holds it) whose P(grounded) cuts are `band`'s: accept
+    = the band's accept cut, review = its reject cut, for short and long-form answers, and
+    the fit's provenance and frontier in its `calibration`. The band was fitted on the
+    policy's own model, so a model of the route's own is dropped with its cuts."""
+    settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
+    return judge_share_settings(settings, band) | {
+        "thresholds": band.cuts,
+        "calibration": provenance | band.to_dict(),
+    }
 
 
 KEPT_SECTIONS = ("routes", "rules", "consistency", "judge")
@@ -315,9 +423,11 @@ def write_fit(
     sections: dict[str, Any],
     provenance: dict[str, Any],
     serves: Sequence[str] = (),
+    adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write a fit into the existing policy `out` and give it a new version (the old one
-    plus a hash of what was fitted); everything else is left as it is.
+    plus a hash of what was fitted); everything else is left as it is. `adjust` rewrites
+    the route's settings (`judge_share_settings` for a fitted band).
 
     With a `route`: `[routes.ROUTE.thresholds]`, `[routes.ROUTE.grounding]` and the
     provenance in `[routes.ROUTE.calibration]`; a route the policy lacks is added with the
@@ -334,6 +444,7 @@ def write_fit(
         policy.setdefault("thresholds", {}).update(sections["thresholds"])
         if "grounding" in sections:
             policy["grounding"] = sections["grounding"]
+            _drop_stale_bands(policy.get("routes", {}))
         policy.setdefault("calibration", {})["refit"] = provenance
     else:
         routes = policy.setdefault("routes", {})
@@ -347,6 +458,8 @@ def write_fit(
             settings["tasks"] = sorted(set(own.get("tasks", [])) | set(serves))
         elif route not in routes:
             settings.pop("tasks", None)
+        if adjust is not None:
+            settings = adjust(settings)
         routes[route] = settings | fit | {"calibration": provenance}
     meta = policy.setdefault("policy", {})
     base = str(meta.get("version", "unversioned")).split("+")[0]
@@ -370,24 +483,28 @@ def calibrate_route(
     progress: Progress | None = None,
     tasks: Sequence[str] = (),
     max_accept_error_long: float | None = None,
+    judge_share: JudgeShare | None = None,
 ) -> dict[str, Any]:
     """`calibrate --route ROUTE`: fit a route's own grounding model and cuts on DATA and
     write them into the existing policy `out` (`write_fit`); returns the route's
     sections for the CLI to print. With `tasks`, only answers of those kinds
-    (`metadata.task`) are fitted, and the route serves those kinds (`tasks` in its table)."""
+    (`metadata.task`) are fitted, and the route serves those kinds (`tasks` in its table).
+    With `judge_share`, the route's P(grounded) cuts are the fitted band's
+    (`judge_share_route`) and its `calibration` records the frontier."""
     started = time.time()
     examples = [e for path in data for e in examples_from(path, limit)]
     if tasks:
         examples = [e for e in examples if e.task in tasks]
         if not examples:
             raise PolicyError("--task", ", ".join(tasks), "a task kind the data names")
-    fit, grounding = fit_examples(
+    fit, grounding, band = fit_with_band(
         examples,
         mu=None,
         max_accept_error=max_accept_error,
         encoder=encoder,
         progress=progress,
         max_accept_error_long=max_accept_error_long,
+        judge_share=judge_share,
     )
     sections = fitted_sections(fit, grounding)
     provenance = {
@@ -402,8 +519,20 @@ def calibrate_route(
     }
     if tasks:
         provenance["tasks"] = sorted(tasks)
-    write_fit(out, route, sections, provenance, serves=tasks)
-    return sections
+    if band is None:
+        write_fit(out, route, sections, provenance, serves=tasks)
+        return sections
+    sections["thresholds"].update(band.cuts)
+    provenance.update(band.to_dict())
+    write_fit(
+        out,
+        route,
+        sections,
+        provenance,
+        serves=tasks,
+        adjust=lambda settings: judge_share_settings(settings, band),
+    )
+    return sections | {"calibration": provenance}
 
 
 def write_policy(policy: dict[str, Any], out: Path) -> None:

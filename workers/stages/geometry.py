@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.defaults import default_claim_reader
+from pipeline.defaults import claim_reader_at, default_claim_reader
 from pipeline.domain import task_of
 from pipeline.policy import Policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
 from pipeline.routing import deadline_for
 from pipeline.scores.batch import score_batch
+from pipeline.scores.grounding import CLAIM_READER, reads_claims
 from pipeline.stages import geometry
 from pipeline.stages.inputs import evidence_context
 from topics.names import Topic
@@ -32,6 +33,11 @@ from workers.stages.kit import conclude, deadletter
 class GeometryStage:
     name = "geometry"
     source = Topic.CANDIDATES
+
+    def __init__(self, reader: str = "") -> None:
+        """`reader`: the claim reader's directory (GROUNDSTREAM_READER, `--reader`); ""
+        for the default one. Loaded on first use, and only when a route's model weighs it."""
+        self.reader = reader
 
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
         now = ctx.clock()
@@ -77,6 +83,7 @@ class GeometryStage:
             encoder,
             reference,
             ctx.policy,
+            self.reader,
         )
         encoder_id = getattr(encoder, "model_id", "custom")
         for (env, started), scored in zip(ready, results, strict=True):
@@ -95,24 +102,32 @@ class GeometryStage:
 
 
 def _score_by_route(
-    envelopes: Sequence[Envelope], encoder: Any, reference: np.ndarray | None, policy: Policy
+    envelopes: Sequence[Envelope],
+    encoder: Any,
+    reference: np.ndarray | None,
+    policy: Policy,
+    reader: str = "",
 ) -> list[SGIResult | DGIResult | GroundingScore]:
     """Each candidate scored by its route's grounding model (`calibrate --route`), else the
-    policy's; one `score_batch` per route in the batch."""
+    policy's; one `score_batch` per route in the batch. The claim reader is loaded only for
+    a route whose model weighs it."""
     by_route: dict[str, list[int]] = {}
     for i, env in enumerate(envelopes):
         by_route.setdefault(env.route, []).append(i)
     out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(envelopes)
     for route, indices in by_route.items():
         candidates = [envelopes[i].candidate for i in indices]
+        model = policy.grounding_for(route)
+        weighed = model is not None and reads_claims(model, CLAIM_READER)
         scored = score_batch(
             [(c.question, c.context_chunks, c.response) for c in candidates],
             encoder,
             reference,
-            policy.grounding_for(route),
+            model,
             [task_of(c.metadata) for c in candidates],
             load_head(),
-            default_claim_reader(),
+            (claim_reader_at(reader) if reader else default_claim_reader()) if weighed else None,
+            languages=policy.languages_for(route),
         )
         for i, result in zip(indices, scored, strict=True):
             out[i] = result

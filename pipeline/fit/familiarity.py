@@ -1,0 +1,133 @@
+"""Fitting the familiarity test (`pipeline.familiarity`): principal components of the
+calibration data's familiarity vectors and the cut within which a share of that data lies.
+
+The share is measured out of fold: the rows are split into folds by a hash of their
+context (rows that share a source share a fold, as in `pipeline.fit.grounding`), each
+fold's distances are taken under a test fitted on the other folds, and the cut is the
+lowest at which `share` of those out-of-fold distances lie. In-sample distances are
+smaller (a fit is close to its own rows), so a cut taken from them would call more than
+`1 - share` of new data of the same kind unfamiliar. The final test is fitted on every
+row, with that cut placed in a gap of the fitted distances (out of fold and in sample) at
+least 2 * SCORE_EPSILON wide, so no fitted row lies within float noise of it.
+Deterministic: an SVD of the centred rows, folds by hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeline.errors import ScoringError
+from pipeline.familiarity import DIMENSIONS, FAMILIAR_SHARE, Familiarity, rounded
+from pipeline.fit.metrics import cut_below, separable
+from pipeline.thresholds import SCORE_EPSILON
+
+__all__ = ["fit_familiarity", "out_of_fold_distances"]
+
+ROWS_PER_COMPONENT = 5
+"""Rows of the smallest fold's complement per principal component kept."""
+
+
+def _fold_of(key: str, folds: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % folds
+
+
+def _fit_test(x: np.ndarray, dimensions: int, cut: float = 1.0) -> Familiarity:
+    """Mean, leading components, their scales and the residual of the rows `x`, rounded as
+    the policy stores them; `cut` is a placeholder until the cut is fitted."""
+    if len(x) <= dimensions:
+        raise ScoringError(
+            f"familiarity needs more than {dimensions} rows to fit {dimensions} components"
+        )
+    mean = rounded(x.mean(axis=0))
+    z = x - mean
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    components = rounded(vt[:dimensions])
+    projected = z @ components.T
+    scales = rounded(np.maximum(projected.std(axis=0), 1e-9))
+    off = np.maximum((z * z).sum(axis=1) - (projected * projected).sum(axis=1), 0.0)
+    residual = float(rounded(np.array([max(float(off.mean()), 1e-12)]))[0])
+    return Familiarity(
+        tuple(float(v) for v in mean),
+        tuple(tuple(float(v) for v in row) for row in components),
+        tuple(float(v) for v in scales),
+        residual,
+        cut,
+        n=len(x),
+    )
+
+
+def out_of_fold_distances(
+    x: np.ndarray, contexts: Sequence[str], *, folds: int = 5, dimensions: int = DIMENSIONS
+) -> np.ndarray:
+    """Each row's distance under a test fitted on the other folds (NaN where its fold's
+    complement is too small to fit)."""
+    fold = np.array([_fold_of(c, folds) for c in contexts])
+    out = np.full(len(x), np.nan)
+    for k in range(folds):
+        test, train = fold == k, fold != k
+        if test.any() and train.sum() > dimensions:
+            out[test] = _fit_test(x[train], dimensions).distances(x[test])
+    return out
+
+
+def familiar_cut(oof: np.ndarray, fitted: np.ndarray, share: float) -> float:
+    """The lowest cut within which `share` of the out-of-fold distances `oof` lie, moved up
+    to the midpoint of the first gap at least 2 * SCORE_EPSILON wide among all the fitted
+    distances (`oof` and the in-sample `fitted`), or SCORE_EPSILON above the largest."""
+    known = np.sort(oof[np.isfinite(oof)])
+    if len(known) == 0:
+        raise ScoringError("familiarity needs out-of-fold distances to fit its cut")
+    needed = known[max(int(np.ceil(share * len(known))) - 1, 0)]
+    distinct = np.unique(np.concatenate([known, fitted[np.isfinite(fitted)]]))
+    allowed = separable(distinct)
+    for k in range(int(np.searchsorted(distinct, needed)) + 1, len(distinct)):
+        if allowed[k]:
+            return cut_below(distinct, k)
+    return float(distinct[-1]) + SCORE_EPSILON
+
+
+def fit_familiarity(
+    vectors: np.ndarray,
+    contexts: Sequence[str],
+    *,
+    share: float = FAMILIAR_SHARE,
+    folds: int = 5,
+    dimensions: int = DIMENSIONS,
+    groups: Sequence[str] | None = None,
+) -> tuple[Familiarity, dict[str, float]]:
+    """The familiarity test of the calibration rows `vectors` (one per row, sources named
+    by `contexts`) whose cut holds `share` of them familiar out of fold, and its figures:
+    the cut, the out-of-fold share familiar overall and per group (`groups`, one data
+    file per row)."""
+    if not 0.0 < share <= 1.0:
+        raise ScoringError(f"familiar share must lie in (0, 1], got {share}")
+    x = np.asarray(vectors, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(contexts):
+        raise ScoringError("fit_familiarity needs one vector per context")
+    # Few rows (a first handful of reviewed answers): fewer components, at least
+    # `ROWS_PER_COMPONENT` rows each in every fold's complement, so no component is
+    # fitted to a few rows' noise.
+    fold = np.array([_fold_of(c, folds) for c in contexts])
+    smallest = min(int((fold != k).sum()) for k in np.unique(fold)) if len(x) else 0
+    dimensions = min(dimensions, x.shape[1], smallest // ROWS_PER_COMPONENT)
+    if dimensions < 1:
+        raise ScoringError(f"familiarity needs more rows than {len(x)} to fit")
+    oof = out_of_fold_distances(x, contexts, folds=folds, dimensions=dimensions)
+    test = _fit_test(x, dimensions)
+    cut = familiar_cut(oof, test.distances(x), share)
+    known = np.isfinite(oof)
+    familiar = float((oof[known] <= cut).mean())
+    fitted = Familiarity(
+        test.mean, test.components, test.scales, test.residual, cut, share, familiar, len(x)
+    )
+    metrics = {"familiarity_cut": cut, "cv_familiar": familiar}
+    if groups is not None:
+        group = np.asarray(groups)
+        for g in np.unique(group):
+            mask = known & (group == g)
+            if mask.any():
+                metrics[f"{g}.cv_familiar"] = float((oof[mask] <= cut).mean())
+    return fitted, metrics

@@ -1,0 +1,155 @@
+"""The familiarity test: fitted on the calibration rows, its cut holds 95% of them familiar
+out of fold, a row far from them is unfamiliar, and the test survives the policy file."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+import pytest
+import tomli_w
+
+from pipeline.errors import PolicyError, ScoringError
+from pipeline.familiarity import DIGITS, Familiarity, familiarity_vector, rounded
+from pipeline.fit.familiarity import fit_familiarity, out_of_fold_distances
+from pipeline.fit.grounding import fit_grounding
+from pipeline.policy import parse_policy
+from pipeline.scores.grounding import FEATURES, GroundingModel
+from pipeline.thresholds import SCORE_EPSILON
+
+DIM = 40
+
+
+def calibration(n: int = 600, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """`n` rows on a few directions of a DIM-dimensional space (topics), two rows a source."""
+    rng = np.random.default_rng(seed)
+    basis = rng.normal(size=(6, DIM))
+    x = rng.normal(size=(n, 6)) @ basis + 0.05 * rng.normal(size=(n, DIM))
+    return x, [f"source {i // 2}" for i in range(n)]
+
+
+def fitted(share: float = 0.95) -> tuple[Familiarity, dict[str, float], np.ndarray, list[str]]:
+    x, contexts = calibration()
+    test, metrics = fit_familiarity(
+        x, contexts, share=share, dimensions=8, groups=["a"] * 300 + ["b"] * 300
+    )
+    return test, metrics, x, contexts
+
+
+class TestFit:
+    def test_the_cut_holds_the_share_familiar_out_of_fold(self) -> None:
+        test, metrics, x, contexts = fitted()
+        oof = out_of_fold_distances(x, contexts, dimensions=8)
+        assert (oof <= test.cut).mean() >= 0.95
+        assert metrics["cv_familiar"] == pytest.approx((oof <= test.cut).mean())
+        assert metrics["cv_familiar"] >= 0.95 and test.familiar == metrics["cv_familiar"]
+        assert metrics["a.cv_familiar"] > 0.9 and metrics["b.cv_familiar"] > 0.9
+        assert metrics["familiarity_cut"] == test.cut and test.share == 0.95
+
+    def test_the_cut_is_the_lowest_that_holds_the_share(self) -> None:
+        test, _, x, contexts = fitted()
+        oof = np.sort(out_of_fold_distances(x, contexts, dimensions=8))
+        # one out-of-fold distance fewer inside would miss the share
+        assert (oof <= oof[int(np.ceil(0.95 * len(oof))) - 2]).mean() < 0.95
+        assert test.cut < oof[int(np.ceil(0.95 * len(oof)))]
+
+    def test_a_higher_share_gives_a_higher_cut(self) -> None:
+        assert fitted(0.99)[0].cut > fitted(0.95)[0].cut
+
+    def test_the_cut_keeps_epsilon_from_every_fitted_distance(self) -> None:
+        test, _, x, contexts = fitted()
+        distances = np.concatenate(
+            [test.distances(x), out_of_fold_distances(x, contexts, dimensions=8)]
+        )
+        assert np.min(np.abs(distances - test.cut)) >= SCORE_EPSILON
+
+    def test_stored_numbers_are_rounded_as_the_policy_keeps_them(self) -> None:
+        test = fitted()[0]
+        for value in (*test.mean, *test.components[0], *test.scales, test.residual):
+            assert value == float(f"{value:.{DIGITS}g}")
+        assert rounded(np.array([1.23456789])).tolist() == [1.23457]
+
+    def test_few_rows_fit_fewer_components(self) -> None:
+        x, contexts = calibration(20)
+        test, metrics = fit_familiarity(x, contexts, dimensions=8)
+        assert 1 <= len(test.components) <= 3 and metrics["cv_familiar"] >= 0.95
+        with pytest.raises(ScoringError, match="more rows than 4"):
+            fit_familiarity(x[:4], contexts[:4], dimensions=8)
+
+
+class TestDistance:
+    def test_calibration_like_rows_are_familiar_and_far_ones_are_not(self) -> None:
+        test = fitted()[0]
+        new, _ = calibration(200, seed=0)  # the same topics
+        assert (test.distances(new) <= test.cut).mean() > 0.9
+        far = np.random.default_rng(7).normal(size=(50, DIM)) * 3.0  # another topic
+        assert (test.distances(far) > test.cut).all()
+
+    def test_the_reason_names_the_distance_and_the_cut(self) -> None:
+        test = fitted()[0]
+        far = np.full(DIM, 5.0)
+        reason = test.unfamiliar(far)
+        assert reason.startswith("unfamiliar: distance ")
+        assert f"{test.distance(far):.3f}" in reason and f"the cut {test.cut:.3f}" in reason
+        assert test.unfamiliar(np.asarray(test.mean)) == ""
+
+    def test_another_encoders_vector_is_unfamiliar(self) -> None:
+        assert "another encoder" in fitted()[0].unfamiliar(np.zeros(DIM + 2))
+
+    def test_the_vector_is_the_unit_answer_beside_the_unit_context(self) -> None:
+        v = familiarity_vector(np.array([3.0, 4.0]), np.array([0.0, 2.0]))
+        assert v.tolist() == [0.6, 0.8, 0.0, 1.0]
+        assert familiarity_vector(np.zeros(2), np.array([1.0, 0.0])).tolist() == [0, 0, 1, 0]
+
+
+class TestPolicy:
+    def model(self) -> GroundingModel:
+        return GroundingModel(FEATURES, (0.0,) * len(FEATURES), 1.0, {}, None, fitted()[0])
+
+    def test_round_trip_through_the_policy_file(self) -> None:
+        model = self.model()
+        text = tomli_w.dumps({"grounding": model.to_dict()})
+        policy = parse_policy(tomllib.loads(text))
+        assert policy.grounding is not None
+        assert policy.grounding.familiarity == model.familiarity
+        x = calibration(20, seed=3)[0]
+        assert (
+            policy.grounding.familiarity.distances(x).tolist()
+            == model.familiarity.distances(x).tolist()  # type: ignore[union-attr]
+        )
+
+    def test_a_policy_without_one_trusts_every_topic(self) -> None:
+        table = self.model().to_dict()
+        del table["familiarity"]
+        assert GroundingModel.from_mapping(table).familiarity is None  # type: ignore[union-attr]
+
+    def test_bad_tables_name_the_field(self) -> None:
+        table = fitted()[0].to_dict()
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.colour"):
+            Familiarity.from_mapping({**table, "colour": 1}, "grounding.familiarity")
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.scales"):
+            Familiarity.from_mapping({**table, "scales": [1.0]}, "grounding.familiarity")
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.cut"):
+            Familiarity.from_mapping({**table, "cut": -1.0}, "grounding.familiarity")
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.components"):
+            Familiarity.from_mapping({**table, "components": [[1.0]]}, "grounding.familiarity")
+
+    def test_fit_grounding_carries_a_familiarity_test_and_its_figures(self) -> None:
+        rng = np.random.default_rng(1)
+        n = 120
+        labels = [bool(i % 2) for i in range(n)]
+        rows = [
+            {
+                name: float(rng.normal() + (1.5 if y and j < 3 else 0.0))
+                for j, name in enumerate(FEATURES)
+            }
+            for y in labels
+        ]
+        x, contexts = calibration(n)
+        fit = fit_grounding(
+            rows, labels, ["g"] * n, contexts=contexts, vectors=x, familiar_share=0.95
+        )
+        test = fit.model.familiarity
+        assert test is not None and test.n == n and test.familiar >= 0.95
+        assert fit.model.metrics["g.cv_familiar"] >= 0.95
+        assert fit_grounding(rows, labels, ["g"] * n, contexts=contexts).model.familiarity is None
