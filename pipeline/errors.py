@@ -12,6 +12,7 @@ GroundstreamError
  ├── ScoringError (ValueError)           an input cannot be scored (empty text, bad shape)
  ├── DataFileError (ValueError)          a data file is unreadable or malformed; names file, line
  ├── EncoderChanged (ValueError)         pipeline.replay: not the recorded encoder
+ ├── ReaderError (ValueError)            pipeline.claims.readers: a reader or checkpoint refused
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
@@ -60,3 +61,8 @@ class DataFileError(GroundstreamError, ValueError):
 
 class ScoringError(GroundstreamError, ValueError):
     """An input cannot be scored (for example empty text); the message says why."""
+
+
+class ReaderError(GroundstreamError, ValueError):
+    """A reader directory or a checkpoint to export is refused (missing files, hashes that
+    do not match, an architecture or label set it cannot serve); one line that says why."""

@@ -60,6 +60,7 @@ MALFORMED: dict[str, list[str]] = {
     "bench plot": ["bench", "plot", "{bad}", "--out", "{tmp}/plot"],
     "encoder export": ["encoder", "export", "--model", "{tmp}"],
     "encoder compare": ["encoder", "compare", "{bad}", "--limit", "1"],
+    "reader export": ["reader", "export", "{bad}", "--out", "{tmp}/exported"],
     "verify": ["verify", "{good}", "--policy", "{bad}"],
     "check": ["check", "[not json"],  # a malformed line rather than a file
 }

@@ -21,6 +21,7 @@ from workers.cli import (
     encoder,
     evaluate,
     inprocess,
+    reader,
     replay,
     review,
     services,
@@ -67,6 +68,7 @@ for _command in (
     control.control,
     replay.replay,
     encoder.encoder,
+    reader.reader,
     audit.audit,
     bench,
 ):

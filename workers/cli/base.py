@@ -32,14 +32,72 @@ def bad_setting(exc: PolicyError) -> click.ClickException:
     return error
 
 
-def load_settings(policy: str | None = None) -> Settings:
-    """Settings from the environment; `--log-level`, when given, wins over it."""
+reader_option = click.option(
+    "--reader",
+    default=None,
+    help="The claim reader's directory for this run, as GROUNDSTREAM_READER (a reader"
+    " `groundstream reader export` or `train claims` wrote); it has a say only where the"
+    " policy's grounding model gives it weight (`calibrate --reader`).",
+)
+"""`--reader DIR`, as every command that scores candidates takes it."""
+
+
+def load_settings(policy: str | None = None, reader: str | None = None) -> Settings:
+    """Settings from the environment; `--log-level`, when given, wins over it, and so does
+    `--reader` (checked as GROUNDSTREAM_READER is)."""
     ctx = click.get_current_context(silent=True)
     log_level = ctx.find_root().params.get("log_level") if ctx is not None else None
+    env = None if reader is None else {**os.environ, "GROUNDSTREAM_READER": reader}
     try:
-        return Settings.from_env(policy=policy, log_level=log_level)
+        return Settings.from_env(env, policy=policy, log_level=log_level)
     except PolicyError as exc:
         raise bad_setting(exc) from None
+
+
+def use_reader(reader: str | None) -> None:
+    """`calibrate --reader DIR`: the reader whose P(supported) is fitted as the grounding
+    model's `claim_reader` feature, for this run, exactly as GROUNDSTREAM_READER=DIR would
+    (checked the same way; a bad one is one line)."""
+    if reader is None:
+        return
+    load_settings(reader=reader)  # refused here, before minutes of encoding
+    from pipeline.defaults import default_claim_reader
+
+    os.environ["GROUNDSTREAM_READER"] = reader  # this one-shot process's setting, as if given
+    default_claim_reader.cache_clear()
+
+
+def reader_weights(grounding: Any) -> str | None:
+    """A line naming the reader the fit read and the weight it gave it (None without one)."""
+    from pipeline.claims.readers import READER_ENV, reader_name
+    from pipeline.scores.grounding import CLAIM_READER
+
+    if not os.environ.get(READER_ENV) or not isinstance(grounding, dict):
+        return None
+    features, coefficients = grounding.get("features", []), grounding.get("coefficients", [])
+    weights = dict(zip(features, coefficients, strict=True))
+    short, long = weights.get(CLAIM_READER, 0.0), weights.get(f"{CLAIM_READER}:long", 0.0)
+    verdict = "it has a say" if short or long else "no weight: it will not be run"
+    return (
+        f"reader {reader_name(os.environ[READER_ENV])}: weight {short:.3f} on short answers, "
+        f"{long:+.3f} more on long-form ones ({verdict})"
+    )
+
+
+def reader_note(settings: Settings, policy: Any) -> str | None:
+    """A line for stderr when a reader is set but no grounding model of the policy weighs
+    it: the reader is then not run (None when it is, or none is set)."""
+    from pipeline.scores.grounding import CLAIM_READER, reads_claims
+
+    if not settings.reader:
+        return None
+    models = [policy.grounding, *(policy.grounding_for(route) for route in policy.routes)]
+    if any(m is not None and reads_claims(m, CLAIM_READER) for m in models):
+        return None
+    return (
+        f"note: the policy gives the reader {settings.reader} no weight, so the ladder does "
+        "not run it; fit its weight with `groundstream calibrate --reader` (docs/readers.md)"
+    )
 
 
 def load_policy(settings: Settings):

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from pipeline.errors import PolicyError
-from workers.cli.base import load_policy, load_settings, policy_option
+from workers.cli.base import load_policy, load_settings, policy_option, reader_note, reader_option
 from workers.runtime.settings import Settings
 
 
@@ -39,6 +39,7 @@ from workers.runtime.settings import Settings
     show_default=True,
     help="assistant: rewrite every short answer as an assistant's sentence first.",
 )
+@reader_option
 def eval_command(
     data: Path,
     report_dir: Path | None,
@@ -48,9 +49,11 @@ def eval_command(
     judge_url: str | None,
     judge_model: str | None,
     phrasing: str,
+    reader: str | None,
 ) -> None:
     """Run the embedded ladder over labelled DATA and report quality and throughput.
-    With a judge (option or environment) the ladder asks it as the workers would."""
+    With a judge (option or environment) the ladder asks it as the workers would; with a
+    reader (--reader or GROUNDSTREAM_READER), its claim and answer AUROC beside the head's."""
     from workers.eval.evaluation import evaluate
     from workers.eval.report import require_matplotlib
     from workers.eval.report_text import render_summary
@@ -60,22 +63,27 @@ def eval_command(
             require_matplotlib()
         except ModuleNotFoundError as exc:
             raise click.ClickException(str(exc)) from None
-    settings = load_settings(policy)
+    settings = load_settings(policy, reader)
     if judge_url is not None or judge_model is not None:
         env = {
             **os.environ,  # parsed and validated as if the variables had been set
             "GROUNDSTREAM_JUDGE_URL": judge_url or settings.judge_url,
             "GROUNDSTREAM_JUDGE_MODEL": judge_model or settings.judge_model or "judge",
+            "GROUNDSTREAM_READER": settings.reader,
         }
         try:
             settings = Settings.from_env(env, policy=policy, log_level=settings.log_level)
         except PolicyError as exc:
             raise click.UsageError(str(exc)) from None
+    loaded = load_policy(settings)
+    note = reader_note(settings, loaded)
+    if note:
+        click.echo(note, err=True)
     metrics = evaluate(
         data,
         report_dir,
         settings,
-        load_policy(settings),
+        loaded,
         limit=limit,
         skip=skip,
         progress=sys.stderr.isatty(),

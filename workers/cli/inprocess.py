@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from workers.cli.base import load_policy, load_settings
+from workers.cli.base import load_policy, load_settings, reader_note, reader_option
 
 
 @click.command()
@@ -23,12 +23,17 @@ from workers.cli.base import load_policy, load_settings
     type=click.Path(exists=True, dir_okay=False),
     help="Policy TOML (default GROUNDSTREAM_POLICY or the shipped one).",
 )
-def verify(input_file: Path, out_file: Path | None, policy: str | None) -> None:
+@reader_option
+def verify(input_file: Path, out_file: Path | None, policy: str | None, reader: str | None) -> None:
     """Run the ladder in-process on a JSONL file of candidates; one decision record per line."""
     from workers.runtime.verify import verify_file
 
-    settings = load_settings(policy)
-    counts = verify_file(input_file, out_file, settings, load_policy(settings))
+    settings = load_settings(policy, reader)
+    loaded = load_policy(settings)
+    note = reader_note(settings, loaded)
+    if note:
+        click.echo(note, err=True)
+    counts = verify_file(input_file, out_file, settings, loaded)
     summary = ", ".join(f"{topic}={n}" for topic, n in sorted(counts.items()))
     click.echo(f"verified: {summary}", err=True)
 

@@ -71,6 +71,18 @@ def evaluate(
     metrics["data"] = data.name
     metrics["policy_version"] = policy.version
     metrics["phrasing"] = phrasing
+    if settings.reader:  # measured whether or not the policy gives it a say
+        from pipeline.claims.readers import reader_name
+        from pipeline.defaults import claim_reader_at, default_claim_head
+        from workers.eval.reader_figures import reader_figures
+
+        metrics["reader"] = reader_figures(
+            items,
+            stage_encoder(ctx),
+            default_claim_head(),
+            claim_reader_at(settings.reader),
+            reader_name(settings.reader),
+        )
     if report_dir is not None:
         write_report(metrics, result.records, labels, report_dir, sgi)
         with (report_dir / "records.jsonl").open("wb") as out:

@@ -42,6 +42,14 @@ def render_summary(m: dict[str, Any]) -> str:
         f"   of grounded {_pct(m.get('grounded_out_of_range_share'))}",
         f"throughput                        {m.get('throughput_per_second') or 0:.1f} candidates/s",
     ]
+    if m.get("reader"):
+        r = m["reader"]
+        lines.append(
+            f"reader {r['name']}: answers (n={r['n_answers']}) AUROC head "
+            f"{_num(r['auroc_answers_head'])}, reader {_num(r['auroc_answers_reader'])};"
+            f" claims (n={r['n_claims']}) head {_num(r['auroc_claims_head'])},"
+            f" reader {_num(r['auroc_claims_reader'])}"
+        )
     for kind, f in m.get("by_task", {}).items():
         lines.append(
             f"  task {kind:<10} n={f['n']:<5} grounded to state {_pct(f['grounded_to_state'])}"

@@ -17,6 +17,7 @@ from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
 from workers.stages.geometry import GeometryStage
 from workers.stages.judge import JudgeStage
+from workers.stages.judge_ledger import placement
 from workers.stages.routes import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from workers.stages.rules import RulesStage
 from workers.stages.switch import SwitchStage
@@ -35,6 +36,8 @@ class StageRow:
     """The compacted topic of the stage's state table, written in its transactions."""
     follows: tuple[Topic, ...] = ()
     """Topics the stage also reads to update that table (co-partitioned with its source)."""
+    placement: Callable[[bytes], int | None] | None = None
+    """The changelog partition of a table key not keyed like the source (the judge's)."""
 
 
 def sampler(s: Settings) -> EndpointConfig:
@@ -48,7 +51,7 @@ def judge(s: Settings) -> EndpointConfig:
 LADDER: tuple[StageRow, ...] = (
     StageRow(
         "geometry",
-        lambda s: GeometryStage(),
+        lambda s: GeometryStage(s.reader),
         (SCORED, SKIP, HOLD),
         preload_encoder=lambda s: True,
     ),
@@ -61,7 +64,7 @@ LADDER: tuple[StageRow, ...] = (
     ),
     StageRow(
         "consistency",
-        lambda s: ConsistencyStage(sampler(s), s.nli_model),
+        lambda s: ConsistencyStage(sampler(s), s.nli_path()),
         (PASS, DEFER, HOLD),
         # Embeds samples only: every candidate's when a sampler draws them; otherwise only
         # those that bring their own, so a ladder without samples never holds the model.
@@ -71,6 +74,9 @@ LADDER: tuple[StageRow, ...] = (
         "judge",
         lambda s: JudgeStage(judge(s)),
         (JudgeVerdict.YES, JudgeVerdict.UNSURE, *ON_REJECT_ACTIONS, HOLD),
+        # Each input partition's spend of the judge budgets and its verdict cache.
+        changelog=Topic.JUDGE_LEDGER,
+        placement=placement,
     ),
     StageRow("rules", lambda s: RulesStage(), (*RulesAction, HOLD)),
     # Not a rung: writes every conclusion of the rungs above, once, through its ledger.

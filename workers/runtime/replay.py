@@ -6,7 +6,10 @@ How a replay decides as the recording did, and only the policy may change that:
 * **The same stages.** The ladder of `build_ladder`, run by the embedded bus: the code
   the Kafka workers run.
 * **Recorded answers.** The judge and sampler answer from the recording
-  (`workers.clients.recorded`); `live=True` asks the real endpoints again.
+  (`workers.clients.recorded`); `live=True` asks the real endpoints again. So do the
+  judge's verdict cache and budgets (`RecordedBook`): a recorded cache hit is a hit again,
+  a recorded spent budget is spent again — facts of the recorded day, like the judge's
+  reply; what an answer over budget then gets is the replay policy's `over_budget`.
 * **Recorded time.** No decision may read the replay's clock: each stage of a candidate
   runs with the clock at the time the recording says that stage decided (a stage the
   recording never reached gets the candidate's last recorded time), so a deadline that
@@ -31,6 +34,8 @@ from typing import IO, Any
 from aiokafka import ConsumerRecord
 
 from pipeline.encoder import encoder_id as pipeline_encoder_id
+from pipeline.judge import JudgeReadout
+from pipeline.judge_budget import Admission
 from pipeline.policy import Policy
 from pipeline.replay import (
     Change,
@@ -40,10 +45,13 @@ from pipeline.replay import (
     check_encoder,
     compare,
     message_ids,
+    record_time,
     recorded_encoders,
     summarize,
     trails,
 )
+from pipeline.routing import RouteConfig
+from pipeline.verdict_cache import CachedVerdict
 from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.clients.recorded import Answers, RecordedPool
@@ -53,6 +61,7 @@ from workers.runtime.ladder import build_ladder
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
 from workers.runtime.verify import make_context
+from workers.stages.judge_ledger import Booking
 
 RECORDED_ENDPOINTS = {"judge": "judge", "consistency": "sampler"}
 """Stages that call an endpoint, and the endpoint's kind in their records' `breaker`."""
@@ -110,6 +119,56 @@ def recorded_ids(message: ConsumerRecord) -> tuple[str, ...]:
     return message_ids(message.value, message.topic, message.partition, message.offset)
 
 
+class RecordedBook:
+    """The judge's verdict cache and budgets as the recording says they answered (see the
+    module docstring); nothing is written. A record from before either existed says
+    neither: a miss, within budget, and the recorded reply answers as it did."""
+
+    def __init__(self, answers: Answers, stage: str) -> None:
+        self.answers, self.stage = answers, stage
+
+    def _evidence(self) -> Mapping[str, Any]:
+        return self.answers.evidence(self.stage) or {}
+
+    def lookup(self, partition: int, key: str, now: float, ttl: float) -> CachedVerdict | None:
+        evidence = self._evidence()
+        if evidence.get("cache") != "hit":
+            return None
+        try:
+            at = record_time({"decided_at": evidence.get("cached_at")})
+        except (TypeError, ValueError):
+            at = now
+        entry = {"readout": evidence.get("readout"), "at": at, "for": evidence.get("cached_for")}
+        return CachedVerdict.from_dict(entry)
+
+    def remember(
+        self, partition: int, key: str, readout: JudgeReadout, now: float, candidate_id: str
+    ) -> None:
+        return None
+
+    def admit(
+        self,
+        route: RouteConfig,
+        tenant: str | None,
+        partition: int,
+        partitions: int,
+        now: float,
+        deadline: float | None,
+        calls: int,
+        tokens: int,
+    ) -> tuple[Admission, Booking | None, dict[str, Any]]:
+        budget = self._evidence().get("budget")
+        if not isinstance(budget, Mapping) or budget.get("state") != "over":
+            return Admission(True, now), None, {}
+        record = None if self.answers.trail is None else self.answers.trail.record(self.stage)
+        reason = str((record or {}).get("reason", "")).removeprefix("judge not asked: ")
+        left = {k: v for k, v in budget.items() if k not in ("state", "partition", "partitions")}
+        return Admission(False, now, reason or "a judge budget was spent"), None, left
+
+    def settle(self, booking: Booking, calls: int, tokens: int, now: float) -> dict[str, Any]:
+        return {}
+
+
 def ladder_for_replay(
     settings: Settings, answers: Answers, clock: ReplayClock, *, live: bool
 ) -> list[Stage]:
@@ -120,6 +179,9 @@ def ladder_for_replay(
             if kind is not None:
                 model = getattr(stage, "pool").model  # noqa: B009 (stages without a pool have no row)
                 stage.pool = RecordedPool(answers, stage.name, kind, model)  # type: ignore[attr-defined]
+            gate = getattr(stage, "gate", None)
+            if gate is not None:  # the judge's cache and budgets answer from the recording
+                gate.recorded = RecordedBook(answers, stage.name)
     return [RecordedTime(s, answers, clock) for s in stages]  # type: ignore[misc]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from pipeline import admission
 from pipeline.admission import WorkCaps
 from pipeline.encoder import BACKENDS
-from pipeline.errors import PolicyError
+from pipeline.errors import PolicyError, ReaderError
 from pipeline.failures import ErrorAction
 from pipeline.policy import Policy, load_policy
 from topics.names import Topic
@@ -70,6 +70,29 @@ def _instance_id(v: str) -> str:
     return v
 
 
+def _reader_dir(v: str) -> str:
+    """A reader directory whose files match its reader.json ("" for none); a `ReaderError`
+    says why not, and the one-line error carries it."""
+    if not v:
+        return ""
+    from pipeline.claims.readers import check_reader_dir
+
+    check_reader_dir(v)
+    return v
+
+
+def _nli_model(v: str) -> str:
+    """`reader`, a CrossEncoder directory, or a reader directory of a pair classifier."""
+    from pipeline.claims.readers import META_FILE, ReaderKind, check_reader_dir
+
+    if v in ("", "reader") or not (Path(v) / META_FILE).is_file():
+        return v
+    spec = check_reader_dir(v)
+    if spec is not None and spec.kind is not ReaderKind.PAIR:
+        raise ReaderError("a token classifier reads answers, not pairs of texts")
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -98,6 +121,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "encoder_backend": (_encoder_backend, f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"),
     "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
     "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
+    "reader": (_reader_dir, "a reader directory (`groundstream reader export` writes one)"),
+    "nli_model": (_nli_model, "reader, a CrossEncoder directory or a pair reader's directory"),
 }
 
 
@@ -147,6 +172,11 @@ class Settings:
     sampler_api_key: str = field(default="", repr=False)
     stage_key: str = field(default="", repr=False)
     nli_model: str = ""
+    """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is the claim reader
+    (GROUNDSTREAM_READER's when it is a pair reader, else the one shipped)."""
+    reader: str = ""
+    """GROUNDSTREAM_READER: the claim reader's directory (`groundstream reader export`, or
+    `train claims`); "" for the shipped one, if any. Checked against its reader.json."""
     log_level: str = "warning"
     otlp_endpoint: str = ""
     metrics_host: str = "127.0.0.1"
@@ -175,15 +205,31 @@ class Settings:
             parser, expected = _PARSERS.get(f.name, (str, "a string"))
             try:
                 values[f.name] = parser(raw)
-            except ValueError:
-                raise SettingsError(name, raw, expected) from None
+            except ValueError as exc:
+                why = f" ({exc})" if isinstance(exc, ReaderError) else ""
+                raise SettingsError(name, raw, expected + why) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
         if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise SettingsError(
                 PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error"
             )
+        if settings.nli_model == "reader" and settings.reader:
+            from pipeline.claims.readers import ReaderKind, check_reader_dir
+
+            spec = check_reader_dir(settings.reader)
+            if spec is not None and spec.kind is not ReaderKind.PAIR:
+                raise SettingsError(
+                    PREFIX + "NLI_MODEL",
+                    "reader",
+                    "a pair reader: GROUNDSTREAM_READER is a token classifier, which reads "
+                    "answers, not pairs of texts",
+                )
         return settings
+
+    def nli_path(self) -> str:
+        """What consistency's NLI slot loads: `reader` is GROUNDSTREAM_READER's when set."""
+        return self.reader if self.nli_model == "reader" and self.reader else self.nli_model
 
     def work_caps(self) -> WorkCaps:
         """The per-candidate work caps (`pipeline.admission`)."""
