@@ -19,7 +19,6 @@ import numpy as np
 from pipeline import switch
 from pipeline.chunks import context_chunks
 from pipeline.claims.head import ClaimHead, read_head
-from pipeline.claims.units import answer_core
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
@@ -87,13 +86,8 @@ def default_encoder() -> Encoder:
 def compute_sgi(
     question: str, context: str | Sequence[str], response: str, encoder: Encoder | None = None
 ) -> SGIResult:
-    """SGI of one response as the geometry stage measures it — of the answer's core
-    (`pipeline.claims.units.answer_core`), the quantity `calibrate` fits the policy's SGI
-    cuts on, so `GroundingSwitch().decide(compute_sgi(...))` applies each cut to what it was
-    fitted on. `compute_sgi_batch` is the seed's formula on whatever text it is given.
-    `encoder=None` loads the default encoder (once per process)."""
-    core = answer_core(response, question)
-    return compute_sgi_batch([(question, context, core)], encoder or default_encoder())[0]
+    """SGI of one response; `encoder=None` loads the default encoder (once per process)."""
+    return compute_sgi_batch([(question, context, response)], encoder or default_encoder())[0]
 
 
 def compute_dgi(

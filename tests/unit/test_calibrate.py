@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from pipeline.claims.units import answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.calibrate import (
     FitResult,
@@ -238,13 +237,8 @@ class TestFitThresholds:
 
         with_ctx = [e for e in data if "context" in e]
         without = [e for e in data if "context" not in e]
-        # SGI of the answer's core, the quantity the stage applies the cut to (issue 33).
         sgi = compute_sgi_batch(
-            [
-                (e["question"], e["context"], answer_core(e["response"], e["question"]))
-                for e in with_ctx
-            ],
-            encoder,
+            [(e["question"], e["context"], e["response"]) for e in with_ctx], encoder
         )
         dgi = compute_dgi_batch([(e["question"], e["response"]) for e in without], encoder, mu)
         expected = fit_thresholds_from_scores(
