@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.errors import PolicyError
+from pipeline.thresholds import SCORE_EPSILON
 
 RESPONSE_WORDS = "response_words"
 CONTEXT_WINDOWS = "context_windows"
@@ -43,6 +44,13 @@ def task_of(metadata: object) -> str | None:
     """The task kind a candidate's metadata names (`task`; RAGTruth: QA, Summary, Data2txt)."""
     task = metadata.get("task") if isinstance(metadata, Mapping) else None
     return task if isinstance(task, str) and task else None
+
+
+def _slack(bound: float) -> float:
+    """How far past a fitted bound an input may lie and still count as inside: the fitted
+    extremes are themselves scores of training answers, and float noise between encoder
+    backends (`SCORE_EPSILON`) must not push a training answer out of its own range."""
+    return SCORE_EPSILON * max(1.0, abs(bound))
 
 
 def _number(value: float) -> str:
@@ -91,7 +99,7 @@ class Domain:
         problems = [
             f"{name} {_number(inputs[name])} not in [{_number(lo)}, {_number(hi)}]"
             for name, (lo, hi) in self.ranges.items()
-            if name in inputs and not lo <= inputs[name] <= hi
+            if name in inputs and not lo - _slack(lo) <= inputs[name] <= hi + _slack(hi)
         ]
         if task and self.tasks and task not in self.tasks:
             problems.append(f"task {task!r} not among the fitted kinds {', '.join(self.tasks)}")

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from pipeline import defaults as shipped
-from pipeline.claims.units import answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.metrics import auroc, cut_below, separable, youden_j, youden_threshold
 from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
@@ -288,8 +287,7 @@ def fit_thresholds(
 
     Each example is a mapping with ``question`` and ``response`` (non-empty strings),
     ``grounded`` (bool) and optionally ``context`` (a string or a list of strings).
-    Examples with a context are scored with SGI of the answer's core (as the geometry stage
-    and `pipeline.compute_sgi` score it), the others with DGI, in one encoder
+    Examples with a context are scored with SGI, the others with DGI, in one encoder
     batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
     ``reference_direction=None`` loads the shipped μ̂ (`pipeline.defaults`), and only
     when some example has no context. Flagged results are left out and counted in
@@ -312,8 +310,7 @@ def fit_thresholds(
         if not isinstance(grounded, bool):
             raise ScoringError(f"example {i}: grounded must be a bool, got {grounded!r}")
         if _has_context(context):
-            # The core, as the stage scores it: a cut is fitted on what it is applied to.
-            sgi_items.append((question, context, answer_core(response, question)))
+            sgi_items.append((question, context, response))
             sgi_labels.append(grounded)
         else:
             dgi_items.append((question, response))

@@ -37,7 +37,7 @@ from pipeline.fit.grounding import GroundingFit, feature_matrix, fit_grounding
 from pipeline.fit.judge_share import JudgeShare, JudgeShareFit, fit_judge_share
 from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
-from pipeline.scores.batch import familiarity_vectors, measure_batch
+from pipeline.scores.batch import measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
@@ -195,15 +195,11 @@ def fit_with_band(
             max_accept_error_long=max_accept_error_long,
             shapes=[shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
             tasks=[e.task for e in with_ctx],
-            vectors=np.array(
-                _in_batches(
-                    [(e.context or (), m.core) for e, m in zip(with_ctx, measured, strict=True)],
-                    64,
-                    lambda b: familiarity_vectors(b, encoder),
-                    None,
-                    "familiarity",
-                )
-            ),
+            # No familiarity test yet: fitted on calibrate's vectors it flagged training
+            # answers as unfamiliar at run time (distance 1.49-1.59 vs cut 1.45 on the
+            # round-trip fixtures), so the vector the stage computes is not yet the one
+            # the fit saw (issue 34). Fitting it is off until they are the same quantity.
+            vectors=None,
             familiar_share=familiar_share,
         )
         if judge_share is not None:
