@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -587,6 +587,10 @@ def test_an_escalation_decided_by_the_judge_latches_the_turn(ladder: Ladder) -> 
     judge.script.clear()
     judge.push(Verdict(p_yes=0.02))
     user = judge_envelope("latch", tag="late-u1")
+    # Words of its own: an earlier test's yes on the same answer and evidence would be
+    # answered from the judge's verdict cache, and this test needs the judge's no.
+    own = replace(user.candidate, response=user.candidate.response + " That is all.")
+    user = replace(user, candidate=own)
     ladder.send_to_judge(user)
     cid = user.candidate.id
     out = ladder.wait([(cid, "outcome")], timeout=60)[(cid, "outcome")]
