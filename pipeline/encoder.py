@@ -59,10 +59,25 @@ def encoder_id(model: str | None, backend: str) -> str:
     return name + INT8_SUFFIX if backend == "onnx-int8" else name
 
 
+def _without_triton() -> None:
+    """Keep triton out of a CPU process: it compiles GPU kernels only, yet transformers'
+    `modeling_utils` imports it eagerly (through `torch._dynamo`), and its native library
+    alone is ~70 MiB resident in the geometry worker (issue 33: 1,090 MiB peak on torch,
+    goal 1 GiB). torch asks for triton with ``import triton`` under ``except ImportError``,
+    which a None entry in `sys.modules` answers. Nothing is blocked where triton is already
+    loaded (a GPU user of the same process)."""
+    import sys
+
+    if "triton" not in sys.modules:
+        sys.modules["triton"] = None  # type: ignore[assignment]
+
+
 class _TorchModel:
     """sentence-transformers on torch: what the ONNX backend is checked against."""
 
     def __init__(self, path: Path, device: str) -> None:
+        if device == "cpu":
+            _without_triton()
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
@@ -186,10 +201,18 @@ class SentenceEncoder:
         return tuple(out)
 
 
+CACHE_ROWS = 100_000
+"""Embeddings `load_encoder` keeps by default (~1.85 KiB each at 384 dimensions: ~185 MiB
+full); a worker keeps GROUNDSTREAM_ENCODER_CACHE_ROWS."""
+
+
 @lru_cache(maxsize=4)
-def load_encoder(model_path: str | None = None, backend: str = "torch") -> SentenceEncoder:
-    """The encoder for `model_path` (None = bundled default), built once per process."""
-    return SentenceEncoder(model_path, backend=backend)
+def load_encoder(
+    model_path: str | None = None, backend: str = "torch", cache_rows: int = CACHE_ROWS
+) -> SentenceEncoder:
+    """The encoder for `model_path` (None = bundled default), built once per process, with
+    an embedding cache of at most `cache_rows` rows."""
+    return SentenceEncoder(model_path, backend=backend, cache_size=cache_rows)
 
 
 def default_encoder() -> SentenceEncoder:

@@ -102,9 +102,45 @@ class Detected:
 
 @lru_cache(maxsize=1)
 def _identifier() -> Any:
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+    """py3langid's model with its two large tables (the 39 MiB transition table, the
+    28 MiB class weights) mapped from an unlinked temporary file rather than held: a text
+    pages in the rows it visits (~40 of the 67 MiB for English), and nothing is copied
+    twice (`from_model_file` copies the transition table into a stdlib array while numpy's
+    is still held). Issue 33: the geometry worker's peak on torch. A memoryview over the
+    mapped array indexes as py3langid's array does, to the same ints: the same readings."""
+    import lzma
+    import shutil
+    import tempfile
 
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    import numpy as np
+    from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
+
+    mapped = {}
+    with tempfile.TemporaryFile(suffix=".npz") as tmp, tempfile.TemporaryFile() as tables:
+        with lzma.open(MODEL_DIR / MODEL_FILE) as src:  # never the whole npz in memory
+            shutil.copyfileobj(src, tmp, length=1 << 20)
+        tmp.seek(0)
+        with np.load(tmp, allow_pickle=False) as data:
+            for key in ("nextmove", "ptc"):
+                table = np.ascontiguousarray(data[key])
+                offset = tables.tell()
+                tables.write(memoryview(table).cast("B"))
+                tables.flush()
+                mapped[key] = (table.dtype, table.shape, offset)
+                del table
+            row, pc = data["nextmove_row"], data["pc"]
+            classes, output = data["classes"].tolist(), data["out_feat"].tolist()
+        for key, (dtype, shape, offset) in mapped.items():
+            mapped[key] = np.memmap(tables, dtype=dtype, mode="r", offset=offset, shape=shape)
+    return LanguageIdentifier(
+        mapped["ptc"],
+        pc,
+        classes,
+        memoryview(mapped["nextmove"]),
+        output,
+        norm_probs=True,
+        tk_row=memoryview(row),
+    )
 
 
 def detect(text: str) -> Detected:

@@ -4,7 +4,8 @@ runtimes of the same weights (torch, the default backend, and ONNX Runtime).
     PYTHONPATH=. python tools/sgi_floor.py ../shared/data/begin_dev.jsonl [--limit N]
 
 Prints, per file, |SGI onnx − SGI torch| (max, p99, mean, share over 0.01) on the
-library's SGI (`workers.eval.evaluation.library_sgi`), as `encoder compare` measures int8.
+whole response's SGI (`workers.eval.evaluation.whole_response_sgi`), as `encoder compare`
+measures int8.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from pipeline.encoder import SentenceEncoder
 from workers.eval.datasets import load_labelled
-from workers.eval.evaluation import library_sgi
+from workers.eval.evaluation import whole_response_sgi
 from workers.eval.quantized import SGI_BAR
 
 
@@ -28,7 +29,8 @@ def main() -> None:
     torch_side, onnx_side = SentenceEncoder(backend="torch"), SentenceEncoder(backend="onnx")
     for path in args.data:
         candidates = [i.candidate for i in load_labelled(path, limit=args.limit)]
-        a, b = library_sgi(candidates, torch_side), library_sgi(candidates, onnx_side)
+        a = whole_response_sgi(candidates, torch_side)
+        b = whole_response_sgi(candidates, onnx_side)
         d = np.array([abs(a[k] - b[k]) for k in a])
         print(
             f"{path.name}: {len(d)} candidates  |SGI onnx - torch|: max {d.max():.2e}  "

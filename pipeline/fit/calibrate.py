@@ -39,7 +39,8 @@ import numpy as np
 from pipeline import defaults as shipped
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.metrics import auroc, cut_below, separable, youden_j, youden_threshold
-from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.batch import core_sgi_batch
+from pipeline.scores.geometric import compute_dgi_batch
 
 __all__ = [
     "DEFAULT_CUTS",
@@ -287,8 +288,9 @@ def fit_thresholds(
 
     Each example is a mapping with ``question`` and ``response`` (non-empty strings),
     ``grounded`` (bool) and optionally ``context`` (a string or a list of strings).
-    Examples with a context are scored with SGI, the others with DGI, in one encoder
-    batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
+    Examples with a context are scored with SGI of the answer's core (as the geometry stage
+    and `pipeline.compute_sgi` score it: `core_sgi_batch`), the others with DGI, in one
+    encoder batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
     ``reference_direction=None`` loads the shipped μ̂ (`pipeline.defaults`), and only
     when some example has no context. Flagged results are left out and counted in
     ``metrics["n_flagged_sgi"]`` / ``metrics["n_flagged_dgi"]``.
@@ -324,7 +326,8 @@ def fit_thresholds(
     dgi_pairs: list[ScoredExample] = []
     n_flagged_sgi = n_flagged_dgi = 0
     if sgi_items:
-        for result, label in zip(compute_sgi_batch(sgi_items, encoder), sgi_labels, strict=True):
+        # The core, as the stage scores it: a cut is fitted on what it is applied to.
+        for result, label in zip(core_sgi_batch(sgi_items, encoder), sgi_labels, strict=True):
             if result.flagged:
                 n_flagged_sgi += 1
             else:

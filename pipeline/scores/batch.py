@@ -27,6 +27,7 @@ from pipeline.scores.geometric import (
     compute_sgi_batch,
     mean_embedding,
 )
+from pipeline.scores.geometric import _require_text as require_text
 from pipeline.scores.grounding import CLAIM_READER, GroundingModel, reads_claims, score_grounding
 
 NO_REFERENCE = "no reference direction in the policy"
@@ -49,6 +50,23 @@ class Measured:
     reader: ClaimSupport | None = None
 
 
+def core_sgi_batch(
+    items: Sequence[tuple[str, str | Sequence[str], str]], encoder: Encoder
+) -> list[SGIResult]:
+    """SGI of each (question, context, response) as the geometry stage measures it: of the
+    answer's core (`pipeline.claims.units.answer_core`). The one SGI the policy's cuts are
+    fitted on (`calibrate`, `pipeline.fit.fit_thresholds`) and applied to (the stage,
+    `pipeline.compute_sgi`); `compute_sgi_batch` is the seed's formula on whatever text it
+    is given."""
+    return compute_sgi_batch(
+        [
+            (q, context, answer_core(require_text("response", r), require_text("question", q)))
+            for q, context, r in items
+        ],
+        encoder,
+    )
+
+
 def measure_batch(
     items: Sequence[tuple[str, Sequence[str], str]],
     encoder: Encoder,
@@ -60,9 +78,7 @@ def measure_batch(
     features are computed from, the same for the stage, the library, `calibrate` and the
     refit from reviewers' verdicts."""
     cores = [answer_core(response, question) for question, _, response in items]
-    sgi = compute_sgi_batch(
-        [(q, chunks, core) for (q, chunks, _), core in zip(items, cores, strict=True)], encoder
-    )
+    sgi = core_sgi_batch(items, encoder)
     pairs = [(c, r) for _, c, r in items]
     claims: list[ClaimSupport | None] = (
         list(claim_support_batch(pairs, encoder, claim_head))

@@ -229,7 +229,8 @@ def compute_dgi_batch(
 def compute_sgi(
     question: str, context: str | Sequence[str], response: str, encoder: Encoder
 ) -> SGIResult:
-    """SGI of one response (`pipeline.compute_sgi` fills in the default encoder)."""
+    """SGI of one response, the seed's formula on the whole text given (`pipeline.compute_sgi`
+    reads the answer's core instead, as the geometry stage does, and fills in the encoder)."""
     return compute_sgi_batch([(question, context, response)], encoder)[0]
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from pipeline.claims.units import answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.calibrate import (
     FitResult,
@@ -237,8 +238,13 @@ class TestFitThresholds:
 
         with_ctx = [e for e in data if "context" in e]
         without = [e for e in data if "context" not in e]
+        # SGI of the answer's core, the quantity the stage applies the cut to (issue 33).
         sgi = compute_sgi_batch(
-            [(e["question"], e["context"], e["response"]) for e in with_ctx], encoder
+            [
+                (e["question"], e["context"], answer_core(e["response"], e["question"]))
+                for e in with_ctx
+            ],
+            encoder,
         )
         dgi = compute_dgi_batch([(e["question"], e["response"]) for e in without], encoder, mu)
         expected = fit_thresholds_from_scores(
@@ -248,6 +254,62 @@ class TestFitThresholds:
         assert fit.cuts == expected.cuts
         assert (fit.n, fit.n_sgi, fit.n_dgi) == (16, 8, 8)
         assert fit.metrics["n_flagged_sgi"] == fit.metrics["n_flagged_dgi"] == 0
+
+    def test_the_switch_applies_each_fitted_sgi_cut_to_the_quantity_it_was_fitted_on(
+        self,
+    ) -> None:
+        """Issue 33 (one SGI): the library's `compute_sgi` is the geometry stage's SGI (of
+        the answer's core), and the switch under the fitted cuts decides every training
+        answer as the fit counted it in-sample. Whole-response SGI would not."""
+        import pipeline
+        from pipeline.scores.batch import measure_batch
+        from pipeline.switch import GroundingSwitch, SwitchAction
+
+        encoder = HashEncoder()
+        data: list[dict[str, object]] = []
+        for i in range(12):
+            question = f"Which river feeds reservoir {i}?"
+            for grounded, source in ((True, f"the river Calder{i}"), (False, f"glacier Ice{i}")):
+                data.append(
+                    {
+                        "question": question,
+                        "context": f"Reservoir {i} is fed by the river Calder{i}.",
+                        "response": f"Reservoir {i} is fed by {source}, all year round.",
+                        "grounded": grounded,
+                    }
+                )
+        fit = fit_thresholds(data, encoder=encoder)
+        switch = GroundingSwitch(fit.sgi_strong_pass, fit.sgi_review)
+        stage = measure_batch(
+            [(e["question"], (e["context"],), e["response"]) for e in data], encoder
+        )
+        library, whole = [], []
+        for e, measured in zip(data, stage, strict=True):
+            assert answer_core(e["response"], e["question"]) != e["response"]
+            score = pipeline.compute_sgi(e["question"], e["context"], e["response"], encoder)
+            assert score == measured.sgi  # the library's SGI is the stage's
+            library.append(switch.decide(score).action)
+            (seed,) = compute_sgi_batch([(e["question"], e["context"], e["response"])], encoder)
+            whole.append(switch.decide(seed).action)
+
+        def rates(actions: list[SwitchAction], action: SwitchAction, grounded: bool) -> float:
+            picked = [a for a, e in zip(actions, data, strict=True) if e["grounded"] is grounded]
+            return sum(a is action for a in picked) / len(picked)
+
+        def in_sample(actions: list[SwitchAction]) -> list[float]:
+            return [
+                rates(actions, action, grounded)
+                for action in (SwitchAction.ACCEPT, SwitchAction.FALLBACK)
+                for grounded in (True, False)
+            ]
+
+        recorded = [
+            fit.metrics[f"{kind}_rate_{label}_at_{cut}"]
+            for kind, cut in (("accept", "strong_pass"), ("reject", "review"))
+            for label in ("grounded", "ungrounded")
+        ]
+        assert in_sample(library) == pytest.approx(recorded, abs=1e-12)
+        assert in_sample(whole) != pytest.approx(recorded, abs=1e-12)
 
     def test_flagged_results_are_left_out_and_counted(self) -> None:
         data = [

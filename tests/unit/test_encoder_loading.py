@@ -30,7 +30,7 @@ def test_threads_asking_at_once_load_one_encoder(monkeypatch):
     loads = []
     gate = threading.Event()
 
-    def slow_load(model, backend):
+    def slow_load(model, backend, cache_rows):
         loads.append((model, backend))
         gate.wait(1.0)  # every other thread asks while this one loads
         return object()

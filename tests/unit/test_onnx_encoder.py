@@ -95,7 +95,7 @@ def test_the_embedded_ladder_loads_the_backend_the_setting_names(monkeypatch):
 
     loaded: list[str] = []
     monkeypatch.setattr(
-        stage_encoders, "load_encoder", lambda model, backend: loaded.append(backend)
+        stage_encoders, "load_encoder", lambda model, backend, rows: loaded.append(backend)
     )
     settings = Settings.from_env({"GROUNDSTREAM_ENCODER_BACKEND": "onnx"})
     stage_encoders.stage_encoder(make_context(settings, default_policy()))

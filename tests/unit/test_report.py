@@ -141,16 +141,16 @@ class TestSummarize:
         assert m["auroc_core_sgi"] == pytest.approx(4 / 6)
         assert m["auroc_dgi"] == 1.0
         assert (m["n_core_sgi"], m["n_dgi"]) == (5, 2)
-        assert (m["n_sgi"], m["auroc_sgi"]) == (0, None)  # no library SGI given
+        assert (m["n_sgi"], m["auroc_sgi"]) == (0, None)  # no whole-response SGI given
         # grounding probability: grounded {.9,.6,.3,.8} vs {.7,.1,.2}: 10 of 12 pairs.
         assert m["auroc_grounding_probability"] == pytest.approx(10 / 12)
         assert m["ece_grounding_probability"] is not None
 
-    def test_auroc_sgi_is_the_library_sgi_not_the_stage_core_sgi(self) -> None:
+    def test_auroc_sgi_is_the_whole_response_sgi_not_the_stage_core_sgi(self) -> None:
         """Issue 22: eval's `auroc_sgi` (0.683) was the SGI of the answer's core the stage
-        records, not `pipeline.compute_sgi`'s (0.812 on the same records)."""
+        records, not the whole response's (0.812 on the same records)."""
         records, labels, lengths = build()
-        # The library's SGI ranks every grounded answer above every ungrounded one here,
+        # Whole-response SGI ranks every grounded answer above every ungrounded one here,
         # the core's does not: the two figures must not be confused.
         sgi = {
             cid: (2.0 if grounded else 0.5) + i / 100 for i, (cid, grounded, *_) in enumerate(CASES)
@@ -290,11 +290,11 @@ def test_outcome_topics_cover_the_ladder() -> None:
     assert "deadletter" in OUTCOME_TOPICS
 
 
-def test_library_sgi_is_compute_sgi_of_the_whole_response() -> None:
+def test_whole_response_sgi_is_the_seeds_sgi_of_the_whole_response() -> None:
     from pipeline.claims.units import answer_core
     from pipeline.scores.geometric import compute_sgi_batch
     from tests.fixtures.fakes import HashEncoder
-    from workers.eval.evaluation import library_sgi
+    from workers.eval.evaluation import whole_response_sgi
 
     question = "What is the capital of Australia?"
     context = ["Canberra is the capital city of Australia."]
@@ -305,8 +305,12 @@ def test_library_sgi_is_compute_sgi_of_the_whole_response() -> None:
         {"id": "blank", "question": question, "context": context, "response": " "},
     ]
     encoder = HashEncoder()
-    found = library_sgi(candidates, encoder)
+    found = whole_response_sgi(candidates, encoder)
     (whole,) = compute_sgi_batch([(question, context, answer)], encoder)
     (core,) = compute_sgi_batch([(question, context, answer_core(answer, question))], encoder)
     assert found == {"a": whole.value}  # the unscorable are left out, not raised on
     assert whole.value != core.value  # so the stage's score is a different figure
+    # ... and the library's: `pipeline.compute_sgi` reads the core, as the stage (issue 33).
+    from pipeline import compute_sgi
+
+    assert compute_sgi(question, context, answer, encoder).value == core.value

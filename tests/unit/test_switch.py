@@ -335,15 +335,16 @@ class TestPublicSwitchWithTheSeedCuts:
         assert switch.decide(sgi(below(0.95))).action is SwitchAction.FALLBACK
         assert switch.decide(dgi(0.525)).action is SwitchAction.ACCEPT
         assert switch.decide(dgi(below(0.525))).action is SwitchAction.FALLBACK
-        assert switch.decide(sgi(1.845)).write_to_state is True  # the worked example's
+        assert switch.decide(sgi(1.293)).write_to_state is True  # the worked example's
+        assert switch.decide(sgi(1.106)).action is SwitchAction.ESCALATE  # its made-up answer
 
     def test_the_default_is_the_fitted_policy_not_the_seed(self):
         import pipeline
 
         fitted = pipeline.GroundingSwitch().thresholds
         assert fitted == pipeline.default_policy().thresholds
-        assert fitted.sgi_strong_pass > 1.845  # why the worked example escalates there
-        assert pipeline.GroundingSwitch().decide(sgi(1.845)).action is SwitchAction.ESCALATE
+        assert fitted.sgi_review > 1.293  # why the worked example falls back there
+        assert pipeline.GroundingSwitch().decide(sgi(1.293)).action is SwitchAction.FALLBACK
 
     def test_fit_thresholds_is_importable_where_the_readme_says(self):
         from pipeline.fit import fit_thresholds

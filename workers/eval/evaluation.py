@@ -18,13 +18,14 @@ from workers.runtime.settings import Settings
 from workers.runtime.verify import make_context, run_lines, write_records
 
 
-def library_sgi(candidates: list[dict[str, Any]], encoder: Encoder) -> dict[str, float]:
-    """SGI as `pipeline.compute_sgi` computes it — of the whole response against its
-    context — for each candidate with a question, a context and a response (by id).
+def whole_response_sgi(candidates: list[dict[str, Any]], encoder: Encoder) -> dict[str, float]:
+    """The seed's SGI of the whole response against its context (`compute_sgi_batch` on the
+    response) for each candidate with a question, a context and a response (by id).
 
-    The geometry stage records another score under method `sgi`: SGI of the answer's core
-    (`pipeline.claims.units.answer_core`), which the grounding model reads. The report names
-    that one `core_sgi`, so `auroc_sgi` is the library's SGI and nothing else."""
+    The geometry stage, `pipeline.compute_sgi` and `calibrate` read another: SGI of the
+    answer's core (`pipeline.scores.batch.core_sgi_batch`), the one the policy's cuts are
+    fitted on and applied to. The report names that one `core_sgi`, so `auroc_sgi` is the
+    whole response's SGI and nothing else."""
     scorable = [
         c
         for c in candidates
@@ -65,8 +66,8 @@ def evaluate(
     )
     elapsed = time.perf_counter() - started
     tasks = {i.id: task for i in items if (task := task_of(i.candidate.get("metadata")))}
-    # After the clock: the library's SGI is a figure of the report, not of the ladder's run.
-    sgi = library_sgi([i.candidate for i in items], stage_encoder(ctx))
+    # After the clock: whole-response SGI is a figure of the report, not of the ladder's run.
+    sgi = whole_response_sgi([i.candidate for i in items], stage_encoder(ctx))
     metrics = summarize(result.records, labels, lengths, elapsed, tasks, sgi=sgi)
     metrics["data"] = data.name
     metrics["policy_version"] = policy.version

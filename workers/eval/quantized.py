@@ -6,7 +6,7 @@ Why it exists
     against their difference. This measures what the quality bar of docs/performance.md
     ("Quantised encoder") asks about, on the same candidates for both encoders:
 
-    * the library's SGI of each candidate (`workers.eval.evaluation.library_sgi`):
+    * the whole response's SGI of each candidate (`evaluation.whole_response_sgi`):
       max and p99 of |SGI int8 − SGI fp32|;
     * AUROC of SGI and of P(grounded) (the geometry record's
       ``evidence.grounding_probability``), per file, for both;
@@ -39,7 +39,7 @@ from pipeline.errors import GroundstreamError, ScoringError
 from pipeline.fit.metrics import auroc
 from pipeline.policy import Policy
 from workers.eval.datasets import LabelledCandidate, load_labelled
-from workers.eval.evaluation import library_sgi
+from workers.eval.evaluation import whole_response_sgi
 from workers.runtime.settings import Settings
 from workers.runtime.verify import make_context, run_lines
 
@@ -105,7 +105,7 @@ def _side(
     settings: Settings,
     policy: Policy,
 ) -> Side:
-    """The embedded ladder over `items` with `encoder`, and the library's SGI."""
+    """The embedded ladder over `items` with `encoder`, and whole-response SGI."""
     candidates = [i.candidate for i in items]
     ctx = make_context(settings, policy)
     ctx.services["encoder"] = encoder  # the one measured, whatever the settings name
@@ -119,7 +119,7 @@ def _side(
             value = evidence.get("grounding_probability")
             if isinstance(value, float | int):
                 side.probability[cid] = float(value)
-    side.sgi = library_sgi(candidates, encoder)
+    side.sgi = whole_response_sgi(candidates, encoder)
     return side
 
 

@@ -8,8 +8,8 @@ What the figures mean (``grounded`` = the label says the answer is right):
 
 * ``outcomes`` / ``switch_actions``: per label, how many candidates ended on each outcome
   topic and got each switch action.
-* ``auroc_sgi``: separation of the library's SGI (`pipeline.compute_sgi`: the whole
-  response against its context), given to `summarize` by the caller.
+* ``auroc_sgi``: separation of the seed's SGI of the whole response against its context
+  (`workers.eval.evaluation.whole_response_sgi`), given to `summarize` by the caller.
   ``auroc_core_sgi``: of the SGI the geometry stage records, that of the answer's core
   (`pipeline.claims.units.answer_core`: what the grounding model reads; a different score).
   ``auroc_dgi`` / ``auroc_grounding_probability``: of the geometry record's DGI score (or
@@ -95,7 +95,7 @@ class _Candidate:
     score: float | None = None
     """The geometry record's score: DGI, or SGI of the answer's core (method `sgi`)."""
     sgi: float | None = None
-    """The library's SGI of the whole response (`pipeline.compute_sgi`), when given."""
+    """The seed's SGI of the whole response (`whole_response_sgi`), when given."""
     grounding_probability: float | None = None
     claim_support: float | None = None
     """The claim head's score of the weakest claim (`evidence.weakest_claim.score`)."""
@@ -243,7 +243,8 @@ def summarize(
         elapsed_seconds: wall time of the run, for throughput.
         tasks: candidate id → task kind (`metadata.task`: QA, Summary, Data2txt), when the
             data names one; the state figures are then also given per kind (`by_task`).
-        sgi: candidate id → the library's SGI (`workers.eval.evaluation.library_sgi`).
+        sgi: candidate id → SGI of the whole response
+            (`workers.eval.evaluation.whole_response_sgi`).
     """
     found, unlabelled = _collect(records, labels, sgi)
     done = {cid: c for cid, c in found.items() if c.outcome is not None}
@@ -505,7 +506,7 @@ def write_report(
 ) -> list[Path]:
     """Write ``metrics.json`` and the plots into ``out_dir`` (created if missing).
 
-    Plots: ``roc.png`` (ROC of SGI (the library's, given as `sgi`), the core's SGI, DGI
+    Plots: ``roc.png`` (ROC of SGI (the whole response's, given as `sgi`), the core's SGI, DGI
     and the grounding probability where present),
     ``score_hist.png`` (score histograms by label), ``reliability.png`` (reliability of
     the grounding probability, or of min-max-scaled scores when there is none; the title

@@ -30,6 +30,7 @@ def make_context(settings: Settings, policy: Policy) -> StageContext:
         max_candidate_bytes=settings.max_candidate_bytes,
         caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
+        encoder_cache_rows=settings.encoder_cache_rows,
     )
 
 
