@@ -10,6 +10,11 @@ verdict) the model is refitted too. The report says how the operating point move
 labels: the share of accepted verdicts the gate would auto-accept, and the share of its
 auto-accepts a person rejected, before and after.
 
+With `--judge-share` and DATA, the same records give the judge's accuracy instead
+(`judge_accuracy`): on the candidates both a person and the judge ruled on, how often the
+judge's clear yes or no matched the person's verdict; the band is then fitted on DATA for
+a judge that accurate.
+
 Reviewed answers are the uncertain middle, not a sample of all traffic: cuts refitted on
 them alone describe that middle. The figures are in-sample on the labels they were fitted
 on; check them with `groundstream eval` on held-out data before shipping the policy.
@@ -17,6 +22,7 @@ on; check them with `groundstream eval` on held-out data before shipping the pol
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -107,6 +113,79 @@ def human_verdicts(
         if cid not in out or out[cid].decided_at <= when:
             out[cid] = Verdict(cid, action == "accept", name, when)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeAccuracy:
+    """How often the judge agreed with a person on the candidates both ruled on: the
+    judge's clear yes or no (`level`) against the person's accept or reject."""
+
+    n: int
+    agreed: int
+    yes_rejected: int
+    """The judge said yes, a person rejected: the errors that would reach state."""
+    no_accepted: int
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.agreed / self.n if self.n else None
+
+    def interval(self, z: float = 1.96) -> tuple[float, float]:
+        """The Wilson score interval of the accuracy (95% by default)."""
+        if not self.n:
+            return 0.0, 1.0
+        p, n = self.agreed / self.n, self.n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return max(0.0, centre - half), min(1.0, centre + half)
+
+    def render(self) -> str:
+        if not self.n:
+            return "no candidate both a person and the judge ruled on"
+        low, high = self.interval()
+        return (
+            f"judge accuracy {self.accuracy:.3f} (95% interval {low:.3f}–{high:.3f}) from"
+            f" {self.n} candidates both a person and the judge ruled on: the judge's yes on"
+            f" {self.yes_rejected} a person rejected, its no on {self.no_accepted} a person"
+            " accepted"
+        )
+
+
+def judge_accuracy(
+    records: Iterable[Mapping[str, Any]], *, since: float | None = None, route: str | None = None
+) -> JudgeAccuracy:
+    """The judge's agreement with people on `decisions` records: per candidate, its latest
+    human verdict (`human_verdicts`, at or after `since`, on `route`) against the judge's
+    latest clear verdict on it (a `judge` record with `level` yes or no; a cached verdict
+    counts, as it is the judge's word on that candidate). Unsure readouts, failed calls and
+    answers over budget are no verdict. Reviewed answers are the ones the ladder sent to a
+    person (an unsure judge, a veto, a `review` on_reject), not a sample of all traffic."""
+    records = list(records)
+    people = human_verdicts(records, since=since, route=route)
+    judged: dict[str, tuple[float, bool]] = {}
+    for record in records:
+        cid = record.get("candidate_id")
+        level = record.get("level")
+        if record.get("stage") != "judge" or cid not in people or level not in ("yes", "no"):
+            continue
+        when = _epoch(record.get("decided_at")) or 0.0
+        if cid not in judged or judged[cid][0] <= when:
+            judged[cid] = (when, level == "yes")
+    agreed = yes_rejected = no_accepted = 0
+    for cid, (_, yes) in judged.items():
+        accepted = people[cid].grounded
+        agreed += yes == accepted
+        yes_rejected += yes and not accepted
+        no_accepted += accepted and not yes
+    return JudgeAccuracy(len(judged), agreed, yes_rejected, no_accepted)
+
+
+async def read_judge_accuracy(
+    settings: Settings, *, since: float | None, route: str | None, timeout: float = 30.0
+) -> JudgeAccuracy:
+    """`judge_accuracy` over the `decisions` topic."""
+    decisions = [loads(r.value) for r in await read_all(settings, Topic.DECISIONS, timeout)]
+    return judge_accuracy((d for d in decisions if isinstance(d, dict)), since=since, route=route)
 
 
 def labelled_examples(

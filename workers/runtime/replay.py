@@ -50,7 +50,6 @@ from pipeline.replay import (
     summarize,
     trails,
 )
-from pipeline.routing import RouteConfig
 from pipeline.verdict_cache import CachedVerdict
 from topics.codec import dumps, loads
 from topics.names import Topic
@@ -61,7 +60,7 @@ from workers.runtime.ladder import build_ladder
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
 from workers.runtime.verify import make_context
-from workers.stages.judge_ledger import Booking
+from workers.stages.judge_ledger import Booking, Call
 
 RECORDED_ENDPOINTS = {"judge": "judge", "consistency": "sampler"}
 """Stages that call an endpoint, and the endpoint's kind in their records' `breaker`."""
@@ -146,17 +145,8 @@ class RecordedBook:
     ) -> None:
         return None
 
-    def admit(
-        self,
-        route: RouteConfig,
-        tenant: str | None,
-        partition: int,
-        partitions: int,
-        now: float,
-        deadline: float | None,
-        calls: int,
-        tokens: int,
-    ) -> tuple[Admission, Booking | None, dict[str, Any]]:
+    def admit(self, call: Call) -> tuple[Admission, Booking | None, dict[str, Any]]:
+        now = call.now
         budget = self._evidence().get("budget")
         if not isinstance(budget, Mapping) or budget.get("state") != "over":
             return Admission(True, now), None, {}

@@ -59,7 +59,7 @@ from pipeline.verdict_cache import (
     readout_from_dict,
 )
 from topics.schema import Envelope
-from workers.clients.endpoints import time_left
+from workers.clients.endpoints import rate_limit_patience, time_left
 from workers.clients.llm import CallResult, spent_tokens
 from workers.interfaces import StageContext
 
@@ -93,6 +93,22 @@ class Booking:
     admission: Admission
     accounts: tuple[tuple[Account, bytes], ...]
     """Each account drawn on (as it was before the reservation), with its table key."""
+    calls: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A judge call the gate would make, as a `Book` admits it against the budgets: the
+    route and tenant whose accounts it draws on, this input partition of `partitions`,
+    when (`now`), the candidate's deadline, and the requests and tokens it would spend."""
+
+    route: RouteConfig
+    tenant: str | None
+    partition: int
+    partitions: int
+    now: float
+    deadline: float | None
     calls: int
     tokens: int
 
@@ -139,28 +155,19 @@ class JudgeBook:
             out.append((Account(scope, str(name), spend, limit), key))
         return tuple(out)
 
-    def admit(
-        self,
-        route: RouteConfig,
-        tenant: str | None,
-        partition: int,
-        partitions: int,
-        now: float,
-        deadline: float | None,
-        calls: int,
-        tokens: int,
-    ) -> tuple[Admission, Booking | None, dict[str, Any]]:
+    def admit(self, call: Call) -> tuple[Admission, Booking | None, dict[str, Any]]:
         """Admit a call (`pipeline.judge_budget.admit`) and, when admitted, reserve it in
         every account; with the booking to settle and the figures for the record."""
-        found = self.accounts(route, tenant, partition, partitions, now)
+        now, calls, tokens = call.now, call.calls, call.tokens
+        found = self.accounts(call.route, call.tenant, call.partition, call.partitions, now)
         if not found:
             return Admission(True, now), None, {}
         accounts = tuple(a for a, _ in found)
-        budget = route.judge_budget
+        budget = call.route.judge_budget
         admission = admit(
             accounts,
             now,
-            deadline,
+            call.deadline,
             calls,
             tokens,
             budget.over_budget,
@@ -286,17 +293,7 @@ class Book(Protocol):
         self, partition: int, key: str, readout: JudgeReadout, now: float, candidate_id: str
     ) -> None: ...
 
-    def admit(
-        self,
-        route: RouteConfig,
-        tenant: str | None,
-        partition: int,
-        partitions: int,
-        now: float,
-        deadline: float | None,
-        calls: int,
-        tokens: int,
-    ) -> tuple[Admission, Booking | None, dict[str, Any]]: ...
+    def admit(self, call: Call) -> tuple[Admission, Booking | None, dict[str, Any]]: ...
 
     def settle(self, booking: Booking, calls: int, tokens: int, now: float) -> dict[str, Any]: ...
 
@@ -363,7 +360,7 @@ class JudgeGate:
         )
         partitions = max(ctx.source_partitions, partition + 1)
         admission, booking, figures_now = book.admit(
-            route, tenant, partition, partitions, now, env.deadline, need, estimate
+            Call(route, tenant, partition, partitions, now, env.deadline, need, estimate)
         )
         where = {"partition": partition, "partitions": partitions}
         if not admission.admitted:
@@ -373,8 +370,9 @@ class JudgeGate:
         if admission.at > now:
             await asyncio.sleep(admission.at - now)
         timeout = time_left(env.deadline, ctx.clock(), cap)
+        patience = rate_limit_patience(env.deadline, ctx.clock(), cap)
         readout, calls = await endpoint.judge(
-            c.question, chunks, c.response, config, timeout=timeout
+            c.question, chunks, c.response, config, timeout=timeout, patience=patience
         )
         sent = sum(1 for call in calls if call.tokens is not None)
         self.calls_per_verdict[route.name] = max(need, sent)
@@ -389,4 +387,4 @@ class JudgeGate:
         return Asked(readout, tuple(calls), evidence)
 
 
-__all__ = ["Asked", "Book", "Booking", "JudgeBook", "JudgeGate", "placement"]
+__all__ = ["Asked", "Book", "Booking", "Call", "JudgeBook", "JudgeGate", "placement"]
