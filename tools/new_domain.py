@@ -202,7 +202,10 @@ def main() -> None:
         report(f"{group}", plain[mask], guarded[mask], calibration["y"][mask])
     whole = fit(calibration, args.share, args.max_accept_error)
     test = whole.model.familiarity
-    share = f"{test.familiar:.1%} of the calibration data familiar out of fold"
+    share = (
+        f"{test.familiar:.1%} of the calibration data familiar out of fold,"
+        f" {test.in_sample:.1%} under the fitted test"
+    )
     print(f"familiarity cut {test.cut:.4f}: {share}")
     if args.begin:
         begin = measure(examples_from(DATA / "begin_dev.jsonl", None), args.cache / "begin_dev.npz")

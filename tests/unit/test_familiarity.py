@@ -1,5 +1,6 @@
 """The familiarity test: fitted on the calibration rows, its cut holds 95% of them familiar
-out of fold, a row far from them is unfamiliar, and the test survives the policy file."""
+out of fold and under the stored test itself, a row far from them is unfamiliar, and the
+test survives the policy file."""
 
 from __future__ import annotations
 
@@ -46,12 +47,38 @@ class TestFit:
         assert metrics["a.cv_familiar"] > 0.9 and metrics["b.cv_familiar"] > 0.9
         assert metrics["familiarity_cut"] == test.cut and test.share == 0.95
 
+    def test_the_cut_holds_the_share_in_sample_too(self) -> None:
+        """The stored test is the one fitted on every row, and the stage reads a training
+        answer exactly as the fit did: its own rows count familiar at the share too."""
+        test, metrics, x, _ = fitted()
+        own = test.distances(x)
+        assert (own <= test.cut).mean() >= 0.95
+        assert metrics["familiar_in_sample"] == pytest.approx((own <= test.cut).mean())
+        assert test.in_sample == metrics["familiar_in_sample"]
+        assert metrics["a.familiar_in_sample"] > 0.9 and metrics["b.familiar_in_sample"] > 0.9
+
     def test_the_cut_is_the_lowest_that_holds_the_share(self) -> None:
         test, _, x, contexts = fitted()
         oof = np.sort(out_of_fold_distances(x, contexts, dimensions=8))
-        # one out-of-fold distance fewer inside would miss the share
-        assert (oof <= oof[int(np.ceil(0.95 * len(oof))) - 2]).mean() < 0.95
-        assert test.cut < oof[int(np.ceil(0.95 * len(oof)))]
+        own = np.sort(test.distances(x))
+        k = int(np.ceil(0.95 * len(oof)))
+        # one distance fewer inside, out of fold or in sample, would miss the share
+        assert (oof <= oof[k - 2]).mean() < 0.95 and (own <= own[k - 2]).mean() < 0.95
+        assert test.cut < max(oof[k], own[k])
+        assert test.cut >= max(oof[k - 1], own[k - 1])
+
+    def test_rows_the_components_were_fitted_to_are_familiar(self) -> None:
+        """Issue 34's round trip: with few rows, a row far along a component fitted to it
+        is farther in the test's units than any held-out row, so a cut from out-of-fold
+        distances alone flagged training answers at run time. All 20 stay familiar."""
+        # 20 rows of many dimensions, nearly orthogonal, as embeddings of distinct texts
+        x = np.random.default_rng(0).normal(size=(20, 200))
+        contexts = [f"source {i // 2}" for i in range(20)]
+        test, metrics = fit_familiarity(x, contexts, dimensions=8)
+        own = test.distances(x)
+        oof = out_of_fold_distances(x, contexts, dimensions=len(test.components))
+        assert own.max() > np.nanmax(oof)  # the case: in sample is not nearer here
+        assert (own <= test.cut).all() and metrics["familiar_in_sample"] == 1.0
 
     def test_a_higher_share_gives_a_higher_cut(self) -> None:
         assert fitted(0.99)[0].cut > fitted(0.95)[0].cut
@@ -151,5 +178,6 @@ class TestPolicy:
         )
         test = fit.model.familiarity
         assert test is not None and test.n == n and test.familiar >= 0.95
+        assert test.in_sample >= 0.95 and (test.distances(x) <= test.cut).mean() >= 0.95
         assert fit.model.metrics["g.cv_familiar"] >= 0.95
         assert fit_grounding(rows, labels, ["g"] * n, contexts=contexts).model.familiarity is None
