@@ -22,10 +22,10 @@ from pipeline.claims.head import ClaimHead, read_head
 from pipeline.encoder import load_encoder
 from pipeline.policy import Policy, load_policy
 from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.scores.batch import Reader, language_guard, score_batch
+from pipeline.scores.batch import Reader, core_sgi_batch, language_guard, score_batch
 from pipeline.scores.check import Check, Score
 from pipeline.scores.check import check as core_check
-from pipeline.scores.geometric import Encoder, Vector, compute_dgi_batch, compute_sgi_batch
+from pipeline.scores.geometric import Encoder, Vector, compute_dgi_batch
 from pipeline.thresholds import Thresholds
 
 NO_REFERENCE = "no reference direction in the policy"
@@ -78,6 +78,31 @@ def claim_reader_at(directory: str) -> Reader:
     return load_reader(directory)
 
 
+def check_served_reader() -> None:
+    """The start-up refusal the workers apply (`Settings.load_policy`), for a library user:
+    a ReaderError when the active policy's grounding model gives a claim reader weight and
+    the reader served (GROUNDSTREAM_READER's, else the shipped one) is not the one it was
+    fitted with (`pipeline.claims.readers.served_reader_problem`; its file hashes are
+    cached per process)."""
+    import os
+
+    from pipeline.claims.reader import MODEL_FILE, bundled_reader_dir
+    from pipeline.claims.readers import READER_ENV, served_reader_problem
+    from pipeline.errors import ReaderError
+
+    policy = default_policy()
+    served = os.environ.get(READER_ENV) or None
+    if served is None and (bundled_reader_dir() / MODEL_FILE).is_file():
+        served = str(bundled_reader_dir())
+    problem = served_reader_problem([("its grounding model", policy.grounding)], served)
+    if problem is not None:
+        raise ReaderError(
+            f"{READER_ENV}={os.environ.get(READER_ENV) or '(unset)'}: in policy"
+            f" {policy.version}, {problem}; set {READER_ENV} to that reader's directory, or"
+            " refit the policy without --reader"
+        )
+
+
 def default_encoder() -> Encoder:
     """The encoder the active policy names (the bundled all-MiniLM-L6-v2 by default)."""
     return load_encoder(default_policy().encoder_model)
@@ -86,8 +111,12 @@ def default_encoder() -> Encoder:
 def compute_sgi(
     question: str, context: str | Sequence[str], response: str, encoder: Encoder | None = None
 ) -> SGIResult:
-    """SGI of one response; `encoder=None` loads the default encoder (once per process)."""
-    return compute_sgi_batch([(question, context, response)], encoder or default_encoder())[0]
+    """SGI of one response as the geometry stage measures it — of the answer's core
+    (`pipeline.scores.batch.core_sgi_batch`), the quantity `calibrate` and `fit_thresholds`
+    fit the policy's SGI cuts on, so `GroundingSwitch().decide(compute_sgi(...))` applies
+    each cut to what it was fitted on. `compute_sgi_batch` is the seed's formula on whatever
+    text it is given. `encoder=None` loads the default encoder (once per process)."""
+    return core_sgi_batch([(question, context, response)], encoder or default_encoder())[0]
 
 
 def compute_dgi(
@@ -114,6 +143,7 @@ def score_candidate(
     μ̂, flagged when it has none. Feed the result to `check` or `GroundingSwitch`.
     """
     policy = default_policy()
+    check_served_reader()
     enc = encoder or default_encoder()
     if context is None:
         if policy.reference is None:

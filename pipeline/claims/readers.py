@@ -34,12 +34,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pipeline.claims.units import ClaimSupport
 from pipeline.errors import ReaderError
@@ -58,7 +58,10 @@ __all__ = [
     "file_sha256",
     "kind_of",
     "map_labels",
+    "read_json_object",
+    "reader_identity",
     "reader_name",
+    "served_reader_problem",
 ]
 
 FORMAT = "groundstream-reader/1"
@@ -237,19 +240,24 @@ class ReaderSpec:
         }
 
 
+def read_json_object(path: Path, missing: str) -> dict:
+    """The JSON object in `path` (a reader's ``reader.json``, a checkpoint's ``config.json``);
+    else a `ReaderError` naming the file: `missing` says what its absence means."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReaderError(f"{path}: missing ({missing})") from None
+    except (OSError, ValueError) as exc:
+        raise ReaderError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise ReaderError(f"{path}: not a JSON object")
+    return data
+
+
 def _read_meta(directory: Path) -> dict:
     if not directory.is_dir():
         raise ReaderError(f"{directory}: no such reader directory")
-    meta = directory / META_FILE
-    try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReaderError(f"{meta}: missing (not a reader directory)") from None
-    except (OSError, ValueError) as exc:
-        raise ReaderError(f"{meta}: unreadable ({exc})") from None
-    if not isinstance(data, dict):
-        raise ReaderError(f"{meta}: not a JSON object")
-    return data
+    return read_json_object(directory / META_FILE, "not a reader directory")
 
 
 def _check_hash(path: Path, expected: str) -> None:
@@ -298,6 +306,62 @@ def reader_name(directory: str | Path) -> str:
     data = _read_meta(Path(directory))
     digest = str(data.get("onnx_sha256", "")) or file_sha256(Path(directory) / TRAINED_MODEL_FILE)
     return f"trained:{digest[:12]}"
+
+
+def reader_identity(directory: str | Path) -> dict[str, Any]:
+    """What a policy fitted with the reader in `directory` (validated) records of it: its
+    ``name`` (as decision records give it), ``kind`` (``pair``, ``token``, or ``trained`` for
+    one `groundstream train claims` wrote), the sha256 of each of its ``files`` as its
+    ``reader.json`` lists them, and ``digest``: the sha256 of the whole ``reader.json``
+    (labels, the label read, order, maximum length and those hashes) in canonical form,
+    which is what start-up compares (`served_reader_problem`)."""
+    path = Path(directory)
+    spec = check_reader_dir(path)
+    if spec is None:
+        data = _read_meta(path)
+        model = str(data.get("onnx_sha256", "")) or file_sha256(path / TRAINED_MODEL_FILE)
+        canonical: dict[str, Any] = {**data, "onnx_sha256": model}
+        name, kind, files = f"trained:{model[:12]}", "trained", {TRAINED_MODEL_FILE: model}
+    else:
+        canonical, name, kind, files = spec.to_dict(), spec.name, spec.kind.value, dict(spec.files)
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"name": name, "kind": kind, "digest": digest, "files": files}
+
+
+def _fitted_with(identity: Mapping[str, Any] | None) -> str:
+    if not identity:
+        return "a claim reader it does not name (fitted before policies recorded it)"
+    return f"reader {identity.get('name')} (reader.json digest {str(identity.get('digest'))[:12]})"
+
+
+def served_reader_problem(
+    models: Iterable[tuple[str, Any]], served: str | Path | None
+) -> str | None:
+    """Why the reader directory `served` (None: no reader) cannot serve these grounding
+    models, given as (where the policy holds it, model): a model that gives the claim
+    reader weight (`pipeline.scores.grounding.reads_claims`) must be served the reader it
+    was fitted with, which its ``reader`` names (`reader_identity`); a model fitted before
+    policies named their reader must be served some reader. None when every model can be
+    served; a model that gives the reader no weight never runs it and asks for nothing."""
+    from pipeline.scores.grounding import CLAIM_READER, reads_claims
+
+    found: dict[str, Any] | None = None
+    for where, model in models:
+        if model is None or not reads_claims(model, CLAIM_READER):
+            continue
+        fitted = model.reader
+        if served is None:
+            return f"{where} was fitted with {_fitted_with(fitted)} and gives it weight"
+        if not fitted:
+            continue
+        found = found or reader_identity(served)
+        if found["digest"] != fitted.get("digest"):
+            return (
+                f"{where} was fitted with {_fitted_with(fitted)} and gives it weight, not "
+                f"with the reader served, {found['name']} (digest {found['digest'][:12]})"
+            )
+    return None
 
 
 @runtime_checkable

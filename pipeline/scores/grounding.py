@@ -154,6 +154,11 @@ class GroundingModel:
     familiarity: Familiarity | None = None
     """The test of whether a candidate looks like the fitted data (`pipeline.familiarity`);
     None in a policy written before it existed: the model is trusted on any topic."""
+    reader: Mapping[str, object] | None = None
+    """The claim reader the model was fitted with (`calibrate --reader`): its ``name``,
+    ``kind``, ``digest`` and ``files`` (`pipeline.claims.readers.reader_identity`), and the
+    same fit without it (``without``); None when it was fitted without one. A model that
+    weighs the reader is served only with that reader (`served_reader_problem`)."""
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -183,6 +188,8 @@ class GroundingModel:
             out["domain"] = self.domain.to_dict()
         if self.familiarity is not None:
             out["familiarity"] = self.familiarity.to_dict()
+        if self.reader is not None:
+            out["reader"] = dict(self.reader)
         return out
 
     @classmethod
@@ -190,7 +197,15 @@ class GroundingModel:
         """The model of a policy's `[grounding]` table; None when the table is empty."""
         if not data:
             return None
-        known = {"features", "coefficients", "intercept", "metrics", "domain", "familiarity"}
+        known = {
+            "features",
+            "coefficients",
+            "intercept",
+            "metrics",
+            "domain",
+            "familiarity",
+            "reader",
+        }
         for key in data:
             if key not in known:
                 raise PolicyError(
@@ -215,6 +230,12 @@ class GroundingModel:
         familiar = data.get("familiarity")
         if familiar is not None and not isinstance(familiar, Mapping):
             raise PolicyError("grounding.familiarity", familiar, "a table")
+        reader = data.get("reader")
+        if reader is not None and (
+            not isinstance(reader, Mapping)
+            or not all(isinstance(reader.get(k), str) for k in ("name", "kind", "digest"))
+        ):
+            raise PolicyError("grounding.reader", reader, "a table with name, kind and digest")
         return cls(
             tuple(features),
             tuple(float(c) for c in coefficients),
@@ -224,6 +245,7 @@ class GroundingModel:
             None
             if familiar is None
             else Familiarity.from_mapping(familiar, "grounding.familiarity"),
+            None if reader is None else dict(reader),
         )
 
 

@@ -87,17 +87,7 @@ def reader_weights(grounding: Any) -> str | None:
 def reader_note(settings: Settings, policy: Any) -> str | None:
     """A line for stderr when a reader is set but no grounding model of the policy weighs
     it: the reader is then not run (None when it is, or none is set)."""
-    from pipeline.scores.grounding import CLAIM_READER, reads_claims
-
-    if not settings.reader:
-        return None
-    models = [policy.grounding, *(policy.grounding_for(route) for route in policy.routes)]
-    if any(m is not None and reads_claims(m, CLAIM_READER) for m in models):
-        return None
-    return (
-        f"note: the policy gives the reader {settings.reader} no weight, so the ladder does "
-        "not run it; fit its weight with `groundstream calibrate --reader` (docs/readers.md)"
-    )
+    return settings.reader_note(policy)
 
 
 def load_policy(settings: Settings):

@@ -80,6 +80,7 @@ def check_command(
     import pipeline
 
     q, chunks, r = _check_input(line, question, context, response)
+    load_policy(load_settings())  # verify's start-up refusal: a policy's reader not served
     score = pipeline.score_candidate(q, r, chunks)
     decision = pipeline.GroundingSwitch().decide(score)
     click.echo(pipeline.check(score).render())

@@ -45,6 +45,7 @@ from pipeline.claims.readers import (
     file_sha256,
     kind_of,
     map_labels,
+    read_json_object,
 )
 from pipeline.errors import ReaderError
 
@@ -95,15 +96,7 @@ class Exported:
 
 
 def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReaderError(f"{path}: missing (a checkpoint directory holds config.json)") from None
-    except (OSError, ValueError) as exc:
-        raise ReaderError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict):
-        raise ReaderError(f"{path}: not a JSON object")
-    return data
+    return read_json_object(path, "a checkpoint directory holds config.json")
 
 
 def _max_tokens(directory: Path, config: dict, asked: int | None) -> int:
