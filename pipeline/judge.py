@@ -485,6 +485,7 @@ _FAILURE_REASONS = {
     "transport": "the judge endpoint could not be reached",
     "malformed": "the judge's reply could not be decoded",
     "deadline": "the candidate's deadline expired before the judge answered",
+    "rate_limited": "the judge endpoint's rate limit outlasted the candidate's time",
 }
 
 

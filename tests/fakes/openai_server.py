@@ -142,6 +142,19 @@ class Status(Behaviour):
 
 
 @dataclass
+class RateLimited(Behaviour):
+    """A rate limit: `status` (429, or 503) with ``Retry-After: retry_after``."""
+
+    retry_after: str = "1"
+    status: int = 429
+
+    async def respond(self, server: FakeOpenAIServer, body: dict[str, Any]) -> web.StreamResponse:
+        error = {"error": {"message": "rate limit reached", "type": "rate_limit", "code": 429}}
+        headers = {"Retry-After": self.retry_after}
+        return web.json_response(error, status=self.status, headers=headers)
+
+
+@dataclass
 class RejectThinkingSwitch(Behaviour):
     """Answers `status` while the body carries the thinking switch; the first request
     without it consumes this behaviour and is answered by `then`."""
@@ -289,6 +302,9 @@ class FakeOpenAIServer:
         self.port = port
         self.stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
+        self.open = 0
+        self.most_open = 0
+        """Requests being answered now, and the most at once: a client's concurrency."""
 
     @property
     def base_url(self) -> str:
@@ -343,12 +359,16 @@ class FakeOpenAIServer:
         behaviour = self._next(body)
         if behaviour is None:
             return await Status(500, "fake server script exhausted").respond(self, body)
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
         try:
             return await behaviour.respond(self, body)
         except _DropConnection:
             if request.transport is not None:
                 request.transport.abort()
             raise asyncio.CancelledError from None
+        finally:
+            self.open -= 1
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})

@@ -17,6 +17,7 @@ from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Garbage,
     NoLogprobs,
+    RateLimited,
     RejectThinkingSwitch,
     Samples,
     Slow,
@@ -24,7 +25,7 @@ from tests.fakes.openai_server import (
     Verdict,
     serve_in_thread,
 )
-from workers.clients.llm import CallKind, ChatEndpoint, failure_kind
+from workers.clients.llm import CallKind, ChatEndpoint, failure_kind, retry_after_header
 
 JUDGE = JudgeConfig()
 
@@ -53,9 +54,9 @@ def spy_timeouts(ep: ChatEndpoint) -> list[float]:
     seen: list[float] = []
     complete = ep.complete
 
-    async def recording(body, *, timeout: float):
+    async def recording(body, *, timeout: float, patience: float | None = None):
         seen.append(timeout)
-        return await complete(body, timeout=timeout)
+        return await complete(body, timeout=timeout, patience=patience)
 
     ep.complete = recording  # type: ignore[method-assign]
     return seen
@@ -363,6 +364,71 @@ class TestSample:
         async with FakeOpenAIServer(script) as server, endpoint(server) as ep:
             result = await ep.sample("q", None, 2, 0.7, 16, timeout=2.0, token_budget=4000)
         assert result.tokens_used == 2 * 16
+
+
+class TestEndpointLimits:
+    """Issue 35: an endpoint's own limits are obeyed, not counted as its failure."""
+
+    @pytest.mark.parametrize("status", [429, 503])
+    async def test_retry_after_is_waited_out_and_never_opens_the_breaker(self, status):
+        limited = [RateLimited("0.3", status)] * 3
+        async with (
+            FakeOpenAIServer([*limited, Verdict(p_yes=0.97)]) as server,
+            endpoint(server, threshold=1) as ep,
+        ):
+            started = time.monotonic()
+            readout, calls = await ep.judge("q?", ["ctx"], "a", JUDGE, timeout=2.0, patience=5.0)
+            waited = time.monotonic() - started
+            assert ep.breaker_state.status is BreakerStatus.CLOSED
+        assert readout is not None and readout.status is JudgeStatus.OK
+        assert [c.kind for c in calls] == [CallKind.OK]
+        assert calls[0].rate_limited == 3 and calls[0].to_dict()["rate_limited"] == 3
+        assert len(server.requests) == 4 and ep.rate_limited == 3
+        assert waited >= 0.9  # three waits of 0.3 s, as told
+
+    async def test_a_wait_past_the_patience_answers_rate_limited_at_once(self):
+        async with (
+            FakeOpenAIServer([RateLimited("30")]) as server,
+            endpoint(server, threshold=1) as ep,
+        ):
+            started = time.monotonic()
+            readout, calls = await ep.judge("q?", ["ctx"], "a", JUDGE, timeout=2.0, patience=3.0)
+            assert time.monotonic() - started < 1.5
+            assert ep.breaker_state.status is BreakerStatus.CLOSED
+        assert readout is None
+        assert calls[-1].kind is CallKind.RATE_LIMITED and calls[-1].retry_after == 30.0
+        assert failure_kind(calls[-1]) == "rate_limited"
+
+    async def test_a_503_without_retry_after_still_counts_as_failing(self):
+        async with (
+            FakeOpenAIServer([Status(503)]) as server,
+            endpoint(server, threshold=1) as ep,
+        ):
+            result = await ep.complete({"model": "m"}, timeout=2.0, patience=10.0)
+            assert result.kind is CallKind.HTTP_ERROR
+            assert ep.breaker_state.status is BreakerStatus.OPEN
+
+    async def test_slots_bound_the_calls_open_at_once(self):
+        slots = asyncio.Semaphore(3)
+        async with FakeOpenAIServer(default=Slow(0.2)) as server:
+            eps = [endpoint(server, slots=slots) for _ in range(2)]  # two routes, one server
+            results = await asyncio.gather(
+                *(
+                    eps[i % 2].complete({"model": "m"}, timeout=1.0, patience=10.0)
+                    for i in range(12)
+                )
+            )
+            for ep in eps:
+                await ep.close()
+        assert all(r.kind is CallKind.OK for r in results)
+        assert server.most_open == 3  # 12 calls, never more than 3 open, none timed out
+
+    def test_retry_after_header_forms(self):
+        assert retry_after_header({"Retry-After": "2"}) == 2.0
+        assert retry_after_header({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+        assert retry_after_header({"Retry-After": "soon"}) is None
+        assert retry_after_header({"Retry-After": "100000"}) is None  # not taken at its word
+        assert retry_after_header({}) is None
 
 
 class TestEndpoint:

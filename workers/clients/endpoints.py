@@ -3,6 +3,7 @@ route's `breaker_threshold` and `breaker_cooldown_seconds` apply to its own traf
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from opentelemetry import metrics
@@ -15,10 +16,19 @@ from workers.clients.llm import ChatEndpoint
 
 class EndpointPool:
     def __init__(
-        self, kind: str, base_url: str, model: str, api_key: str = "", meter: Meter | None = None
+        self,
+        kind: str,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        meter: Meter | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
+        """`max_in_flight`: calls open at once to the server, over all routes (a local
+        server serves a fixed number at a time); None: no limit."""
         self.kind, self.base_url, self.model, self.api_key = kind, base_url, model, api_key
         self._by_route: dict[str, ChatEndpoint] = {}
+        self._slots = None if max_in_flight is None else asyncio.Semaphore(max_in_flight)
         (meter or metrics.get_meter("groundstream")).create_observable_gauge(
             f"groundstream.breaker.{kind}.open",
             callbacks=[self._observe],
@@ -43,13 +53,25 @@ class EndpointPool:
                 threshold=route.breaker_threshold, cooldown_seconds=route.breaker_cooldown_seconds
             )
             self._by_route[route.name] = ChatEndpoint(
-                self.base_url, self.model, breaker, api_key=self.api_key or None
+                self.base_url, self.model, breaker, api_key=self.api_key or None, slots=self._slots
             )
         return self._by_route[route.name]
 
     async def close(self) -> None:
         for endpoint in self._by_route.values():
             await endpoint.close()
+
+
+def rate_limit_patience(deadline: float | None, now: float, cap: float) -> float:
+    """Seconds a call may wait for call slots and the endpoint's Retry-After: until the
+    candidate's deadline, or RATE_LIMIT_PATIENCE_S past the call's own cap without one."""
+    if deadline is None:
+        return cap + RATE_LIMIT_PATIENCE_S
+    return max(0.0, deadline - now)
+
+
+RATE_LIMIT_PATIENCE_S = 60.0
+"""A candidate without a deadline waits at most this long for an endpoint's rate limit."""
 
 
 def time_left(deadline: float | None, now: float, cap: float) -> float:

@@ -23,7 +23,8 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
 
@@ -59,6 +60,11 @@ log = logging.getLogger("groundstream.llm")
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 """Largest reply body read from an endpoint; a chat completion is a few KB."""
 
+RATE_LIMIT_STATUSES = frozenset({429, 503})
+"""Statuses whose Retry-After is obeyed: the endpoint is alive and says when to come back."""
+MAX_RETRY_AFTER_S = 300.0
+"""Longest Retry-After taken at its word; longer (or unreadable) is not waited for."""
+
 THINKING_SWITCH_REJECTED = frozenset({400, 422})
 """Statuses that mean 'this server rejects the thinking switch': retry once without it."""
 
@@ -74,6 +80,8 @@ class CallKind(StrEnum):
     TRANSPORT = "transport"
     BREAKER_OPEN = "breaker_open"
     MALFORMED = "malformed"
+    RATE_LIMITED = "rate_limited"
+    """429 or 503 with Retry-After, and the wait it asked for outlasts the call's patience."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,10 @@ class CallResult:
     breaker: str
     error: str = ""
     tokens: TokenUsage | None = None
+    retry_after: float | None = None
+    """Seconds a 429/503 answer asked the caller to wait (None: no such answer)."""
+    rate_limited: int = 0
+    """Rate-limit answers waited out before this one (`ChatEndpoint.complete`)."""
 
     @property
     def ok(self) -> bool:
@@ -111,6 +123,8 @@ class CallResult:
             "breaker": self.breaker,
             "error": self.error,
             "tokens": None if self.tokens is None else self.tokens.to_dict(),
+            **({} if self.retry_after is None else {"retry_after_s": self.retry_after}),
+            **({"rate_limited": self.rate_limited} if self.rate_limited else {}),
         }
 
 
@@ -181,7 +195,10 @@ class ChatEndpoint:
         api_key: str | None = None,
         send_thinking_switch: bool = True,
         max_reply_bytes: int = MAX_REPLY_BYTES,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
+        """`slots`: the calls this endpoint may have open at once, shared by every
+        endpoint of a worker that reaches the same server (`*_max_in_flight`)."""
         if not isinstance(base_url, str) or not base_url.rstrip("/").endswith("/v1"):
             raise PolicyError("llm.base_url", base_url, "an http(s) URL ending in /v1")
         if not base_url.startswith(("http://", "https://")):
@@ -197,6 +214,9 @@ class ChatEndpoint:
         self._max_reply_bytes = max_reply_bytes
         self._state: BreakerState = CLOSED
         self._session: aiohttp.ClientSession | None = None
+        self._slots = slots
+        self.rate_limited = 0
+        """Answers that said 'come back after Retry-After' (waited out or not)."""
 
     @property
     def url(self) -> str:
@@ -242,20 +262,64 @@ class ChatEndpoint:
         duration = 0.0 if started is None else (time.perf_counter() - started) * 1000.0
         return CallResult(kind, status, body, duration, self._state.status.value, error, tokens)
 
-    async def complete(self, body: Mapping[str, Any], *, timeout: float) -> CallResult:
-        """POST `body` to ``{base_url}/chat/completions`` within `timeout` seconds."""
+    async def complete(
+        self, body: Mapping[str, Any], *, timeout: float, patience: float | None = None
+    ) -> CallResult:
+        """POST `body` to ``{base_url}/chat/completions`` within `timeout` seconds.
+
+        `patience` (seconds, at least `timeout`; the candidate's time left): how long the
+        call may wait for a free slot and for rate limits. A 429 or 503 with Retry-After
+        is the endpoint's own limit, not its failure: the wait it asks for is taken and
+        the call sent again, while the patience lasts, and it never counts towards the
+        breaker. A wait past the patience answers `rate_limited` at once."""
         if not isinstance(timeout, int | float) or not timeout > 0 or math.isnan(timeout):
+            return self._result(CallKind.TIMEOUT, None, None, None, "no time left for the call")
+        loop = asyncio.get_running_loop()
+        until = loop.time() + max(timeout, patience or 0.0)
+        waits = 0
+        while True:
+            try:
+                async with asyncio.timeout_at(until):
+                    slot = await self._slot()
+            except TimeoutError:
+                return self._result(CallKind.TIMEOUT, None, None, None, "no free call slot in time")
+            try:
+                result = await self._attempt(body, min(timeout, until - loop.time()))
+            finally:
+                if slot is not None:
+                    slot.release()
+            pause = retry_after(result)
+            if pause is None:
+                return replace(result, rate_limited=waits) if waits else result
+            self.rate_limited += 1
+            if loop.time() + pause >= until:
+                error = f"rate limited: Retry-After {pause:g}s outlasts the call's patience"
+                return replace(result, kind=CallKind.RATE_LIMITED, error=error, rate_limited=waits)
+            waits += 1
+            await asyncio.sleep(pause)
+
+    async def _slot(self) -> asyncio.Semaphore | None:
+        if self._slots is None:
+            return None
+        await self._slots.acquire()
+        return self._slots
+
+    async def _attempt(self, body: Mapping[str, Any], timeout: float) -> CallResult:
+        """One POST; the breaker asked before and told after (a rate limit never counts)."""
+        if not timeout > 0:
             return self._result(CallKind.TIMEOUT, None, None, None, "no time left for the call")
         allowed, self._state = allow(self._state, self.breaker_config, self._clock())
         if not allowed:
             return self._result(CallKind.BREAKER_OPEN, None, None, None, "circuit breaker open")
         started = time.perf_counter()
         status: int | None = None
+        headers: Mapping[str, str] = {}
         try:
             async with asyncio.timeout(timeout):
                 session = self._session_for_call()
                 async with session.post(self.url, json=dict(body)) as response:
                     status = response.status
+                    headers = response.headers
                     raw = await _read_capped(response, self._max_reply_bytes)
         except TimeoutError:
             kind, parsed, error = CallKind.TIMEOUT, None, f"no answer within {timeout:.3f}s"
@@ -268,12 +332,14 @@ class ChatEndpoint:
             kind, parsed, error = CallKind.TRANSPORT, None, f"{type(exc).__name__}: {exc}"[:300]
         else:
             kind, parsed, error = _classify(status, raw)
-        if is_breaker_failure(status, kind.value):
+        limited = status in RATE_LIMIT_STATUSES and retry_after_header(headers) is not None
+        if is_breaker_failure(status, kind.value) and not limited:
             self._state = on_failure(self._state, self.breaker_config, self._clock())
         else:
             self._state = on_success(self._state)
         tokens = call_tokens(body, parsed if kind is CallKind.OK else None)
-        return self._result(kind, status, parsed, started, error, tokens)
+        result = self._result(kind, status, parsed, started, error, tokens)
+        return replace(result, retry_after=retry_after_header(headers) if limited else None)
 
     async def judge(
         self,
@@ -283,14 +349,16 @@ class ChatEndpoint:
         config: JudgeConfig | None = None,
         *,
         timeout: float | None = None,
+        patience: float | None = None,
     ) -> tuple[JudgeReadout | None, list[CallResult]]:
         """One scored verdict. Thinking is switched off; a 400/422 answer to the switch is
         retried once without it within the same time budget. The readout is None when no
-        reply could be read (see the calls for why)."""
+        reply could be read (see the calls for why). `patience`: seconds the verdict may
+        wait for a call slot and for the endpoint's rate limits (`complete`)."""
         config = config if config is not None else JudgeConfig()
         budget = config.timeout_seconds if timeout is None else min(timeout, config.timeout_seconds)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + budget
+        until = loop.time() + max(budget, patience or 0.0)
         messages = build_judge_messages(question, context, response)
         body = build_judge_request(
             self.model,
@@ -298,7 +366,7 @@ class ChatEndpoint:
             top_logprobs=config.top_logprobs,
             thinking_off=self._send_thinking_switch,
         )
-        calls = [await self.complete(body, timeout=budget)]
+        calls = [await self.complete(body, timeout=budget, patience=patience)]
         first = calls[0]
         if (
             first.kind is CallKind.HTTP_ERROR
@@ -306,7 +374,8 @@ class ChatEndpoint:
             and has_thinking_switch(body)
         ):
             retry = strip_thinking_switch(body)
-            calls.append(await self.complete(retry, timeout=deadline - loop.time()))
+            left = until - loop.time()
+            calls.append(await self.complete(retry, timeout=min(budget, left), patience=left))
         final = calls[-1]
         if final.kind is CallKind.OK:
             return _read_verdict_safely(final.body), calls
@@ -324,16 +393,18 @@ class ChatEndpoint:
         *,
         timeout: float,
         token_budget: int,
+        patience: float | None = None,
     ) -> SampleResult:
         """Up to `n` sampled answers within `timeout` seconds and `token_budget` tokens.
 
         Asks for all `n` in one request; a server that ignores ``n`` (fewer choices come
         back) is asked again one sample per call. Before each call the worst case (prompt
         plus ``k * max_tokens``) must fit the token budget, else sampling stops with
-        `max_tokens`; running out of time stops it with `timeout`.
+        `max_tokens`; running out of time stops it with `timeout`. `patience` (at least
+        `timeout`): the time sampling may take when it waits for slots and rate limits.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + max(0.0, float(timeout), patience or 0.0)
         samples: list[str] = []
         calls: list[CallResult] = []
         used = 0
@@ -363,7 +434,9 @@ class ChatEndpoint:
                 break
             k = min(want, affordable)
             body = probe if k == want else {**probe, "n": k}
-            result = await self.complete(body, timeout=remaining)
+            result = await self.complete(
+                body, timeout=min(remaining, float(timeout)), patience=remaining
+            )
             calls.append(result)
             if result.kind is CallKind.TIMEOUT:
                 limit = BudgetLimit.TIMEOUT
@@ -383,6 +456,31 @@ class ChatEndpoint:
             if k > 1 and honours_n is None:
                 honours_n = len(texts) >= k
         return SampleResult(tuple(samples), used, limit, tuple(calls), n, failure)
+
+
+def retry_after_header(headers: Mapping[str, str]) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), None when absent,
+    unreadable, or over MAX_RETRY_AFTER_S."""
+    value = headers.get("Retry-After") if headers else None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if math.isnan(seconds) or seconds > MAX_RETRY_AFTER_S:
+        return None
+    return max(0.0, seconds)
+
+
+def retry_after(result: CallResult) -> float | None:
+    """The wait a rate-limited answer asked for; None for any other outcome."""
+    if result.kind is CallKind.HTTP_ERROR and result.status in RATE_LIMIT_STATUSES:
+        return result.retry_after
+    return None
 
 
 class ReplyTooLarge(GroundstreamError):

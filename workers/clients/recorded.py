@@ -116,6 +116,7 @@ class RecordedEndpoint:
         config: JudgeConfig | None = None,
         *,
         timeout: float | None = None,
+        patience: float | None = None,
     ) -> tuple[JudgeReadout | None, list[CallResult]]:
         evidence = self.answers.evidence(self.stage)
         calls = _calls(evidence) or [_missing()]
@@ -134,6 +135,7 @@ class RecordedEndpoint:
         *,
         timeout: float,
         token_budget: int,
+        patience: float | None = None,
     ) -> SampleResult:
         evidence = self.answers.evidence(self.stage) or {}
         samples = evidence.get("samples")

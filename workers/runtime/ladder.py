@@ -41,11 +41,19 @@ class StageRow:
 
 
 def sampler(s: Settings) -> EndpointConfig:
-    return EndpointConfig(s.sampler_url, s.sampler_model, s.sampler_timeout, s.sampler_api_key)
+    return EndpointConfig(
+        s.sampler_url,
+        s.sampler_model,
+        s.sampler_timeout,
+        s.sampler_api_key,
+        s.sampler_max_in_flight,
+    )
 
 
 def judge(s: Settings) -> EndpointConfig:
-    return EndpointConfig(s.judge_url, s.judge_model, s.judge_timeout, s.judge_api_key)
+    return EndpointConfig(
+        s.judge_url, s.judge_model, s.judge_timeout, s.judge_api_key, s.judge_max_in_flight
+    )
 
 
 LADDER: tuple[StageRow, ...] = (

@@ -16,6 +16,13 @@ changelog is flushed apart from the offsets; and its own exactly-once mode is br
   transaction it left open, so a kill -9 anywhere in the batch costs a redo, never a loss
   or a duplicate.
 
+A stage that waits on model calls (the judge, consistency's sampler: `max_in_flight`)
+runs in flow instead (`StageLoop._flow`): each candidate decided on its own as soon as
+there is room, concluded as its call returns, and committed with the others concluded in
+the last 50 ms — the outputs, the state writes, and per partition the contiguous
+concluded prefix as the offset with the rest named in its metadata (`inflight`), so a
+restart skips them. The guarantees below hold for it alike.
+
 Any error on the Kafka side (a send refused, the broker gone, a commit that timed out),
 and any retryable error of the stage's own work (memory), drops the batch's pending state,
 closes producer and consumer without committing, and starts over from the last committed
@@ -49,11 +56,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import re
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +80,7 @@ from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.control import ControlListener, stopping
+from workers.runtime.inflight import Window
 from workers.runtime.isolation import (
     DEADLETTER_ALWAYS,
     OnProcessingError,
@@ -101,6 +110,9 @@ HOLD_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 HOLD_LIMIT_S = 60.0
 """Longest such wait before the session starts over (kept well under the consumer's
 `max_poll_interval_ms`, 300 s, past which the group would drop this member)."""
+FLUSH_S = 0.05
+"""In flow (`StageLoop._flow`): longest a concluded candidate waits for the transaction
+that sends its outputs, while other calls are still open (a decision's added latency)."""
 CARRY_S = 1.0
 """Longest a batch of followed records that changed nothing waits for a transaction to
 ride in before it gets one of its own (see `StageLoop._carry`)."""
@@ -196,8 +208,12 @@ class RebalanceGate(ConsumerRebalanceListener):
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.revocations = 0
+        self.drain: Callable[[], Awaitable[None]] | None = None
+        """In flow, waits until every decision in hand is concluded and committed."""
 
     async def on_partitions_revoked(self, revoked: object) -> None:
+        if self.drain is not None:
+            await self.drain()
         async with self.lock:
             self.revocations += 1
 
@@ -233,6 +249,16 @@ class StageLoop:
     _carried: dict[TopicPartition, int] = field(default_factory=dict, init=False)
     """Next offsets of followed records that wrote nothing, not yet committed (`_carry`)."""
     _carried_at: float = field(default=0.0, init=False)
+    _windowed: frozenset[int] = field(default=frozenset(), init=False)
+    """Source partitions whose committed metadata the flow's window has read."""
+
+    @property
+    def in_flight(self) -> int:
+        """The stage's limit of candidates decided at once when it concludes each as its
+        call returns (the judge's and the sampler's `*_max_in_flight`); 0: by batch."""
+        if self.follows:
+            return 0  # a stage that follows a topic decides in order, by batch
+        return int(getattr(self.stage, "max_in_flight", 0) or 0)
 
     @property
     def group_id(self) -> str:
@@ -332,6 +358,9 @@ class StageLoop:
             consumer.subscribe(sources, listener=gate)
             if self.metrics is not None and self.metrics.serving:
                 lag = asyncio.create_task(self._refresh_lag(consumer, self.metrics))
+            if self.in_flight:
+                await self._flow(consumer, producer, gate)
+                return
             task = asyncio.current_task()
             while True:
                 batches = await asyncio.wait_for(
@@ -368,6 +397,7 @@ class StageLoop:
                 self._progress_at = time.monotonic()
         finally:
             self._carried.clear()  # the next session resumes from the committed offsets
+            self._windowed = frozenset()
             if lag is not None:
                 lag.cancel()
             if self.store is not None:
@@ -384,14 +414,158 @@ class StageLoop:
                 except Exception:
                     pass
 
+    async def _flow(
+        self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, gate: RebalanceGate
+    ) -> None:
+        """Decide each candidate on its own as soon as there is room, up to `in_flight` at
+        once, and conclude each as its call returns: every FLUSH_S (or when nothing is
+        left open) one transaction carries the outputs of all concluded so far, the state
+        writes, and per partition the contiguous concluded prefix as the committed offset
+        with the candidates concluded beyond it in the offset's metadata
+        (`inflight.Window`). A slow call delays its own decision only; the committed
+        offset of its partition waits for it (at most its deadline or the call's
+        timeout), the outputs of the others do not. A restart resumes from the committed
+        offset and skips what the metadata names, so every candidate is concluded once.
+        A rebalance waits (`RebalanceGate.drain`) while the decisions in hand finish and
+        are committed, fetching nothing more, so the group resumes past them. A retryable
+        error, or the kill switch turning unknown, ends the session as in batch mode: what
+        is concluded and not yet committed is redone."""
+        s = self.settings
+        source = s.topic(self.stage.source)
+        window = Window()
+        running: dict[asyncio.Task[list[Emit]], tuple[Inbound, int]] = {}
+        ready: list[tuple[Inbound, list[Emit]]] = []
+        fetch: asyncio.Task[tuple[list[ConsumerRecord], int]] | None = None
+        committing: asyncio.Task[None] | None = None
+        held_in = gate.revocations
+        gated = getattr(self.stage, "reads_control", True)
+        oldest = 0.0
+        draining, drained = asyncio.Event(), asyncio.Event()
+
+        async def drain() -> None:
+            if running or ready or committing is not None:
+                drained.clear()
+                draining.set()
+                try:
+                    await drained.wait()
+                finally:
+                    draining.clear()
+
+        async def fetched(room: int) -> tuple[list[ConsumerRecord], int]:
+            # aiokafka's getmany blocks while the group rebalances, so it runs beside the
+            # calls: they conclude and commit (the drain) while it waits. The records are
+            # tagged with the assignment they were fetched under.
+            timeout_ms = int(s.batch_within * 1000)
+            batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
+            return [r for tp in sorted(batches) for r in batches[tp]], gate.revocations
+
+        gate.drain = drain
+        try:
+            while True:
+                room = self.in_flight - len(running)
+                if fetch is None and room > 0 and not draining.is_set():
+                    fetch = asyncio.create_task(fetched(room))
+                waiting: set[asyncio.Task[Any]] = {
+                    *running,
+                    *([fetch] if fetch else []),
+                    *([committing] if committing else []),
+                }
+                done: set[asyncio.Task[Any]] = set()
+                if waiting:
+                    done, _ = await asyncio.wait(
+                        waiting, timeout=FLUSH_S, return_when=asyncio.FIRST_COMPLETED
+                    )
+                else:  # drained, the rebalance not yet on: let it run
+                    await asyncio.sleep(FLUSH_S)
+                if committing is not None and committing.done():
+                    committing.result()  # a failed commit ends the session
+                    committing = None
+                    self._progress_at = time.monotonic()
+                if fetch is not None and fetch in done:
+                    records, under = fetch.result()
+                    fetch = None
+                    async with gate.lock:
+                        busy = running or ready or committing is not None
+                        if under != gate.revocations or (under != held_in and busy):
+                            raise StaleBatch("partitions were reassigned under a fetch")
+                        if under != held_in:  # reassigned with nothing in hand
+                            window, held_in, self._windowed = Window(), under, frozenset()
+                        await self._sync_state(consumer, window)
+                        for item in [_inbound(r) for r in records if r.topic == source]:
+                            work = await self._start(window, item)
+                            if work is not None:
+                                running[work] = (item, self.ctx.control.unknown_spells)
+                    if not records and not busy:
+                        self._progress_at = time.monotonic()  # nothing to do is progress
+                for work in [w for w in done if w in running]:
+                    item, spells = running.pop(work)
+                    emits = work.result()  # a retryable error ends the session
+                    if gated and self.ctx.control.unknown_spells != spells:
+                        raise ControlUnknown("the kill switch's state turned unknown")
+                    if not ready:
+                        oldest = time.monotonic()
+                    ready.append((item, emits))
+                    window.concluded(TopicPartition(item.topic, item.partition), item.offset)
+                due = ready and (not running or time.monotonic() - oldest >= FLUSH_S)
+                if due and committing is None:
+                    # Committed beside the calls: the loop goes on starting and concluding
+                    # while the transaction's round trips take their time. One at a time,
+                    # and a rebalance waits for it (`drain`).
+                    if gate.revocations != held_in:
+                        raise StaleBatch("partitions were reassigned under calls in flight")
+                    items = [item for item, _ in ready]
+                    emits = [e for _, out in ready for e in out]
+                    self.telemetry.record(items, emits)
+                    committing = asyncio.create_task(
+                        self._commit(producer, emits, [], window.commits())
+                    )
+                    ready = []
+                if draining.is_set() and not running and not ready and committing is None:
+                    drained.set()  # the rebalance goes on: nothing is in hand
+        finally:
+            gate.drain = None
+            drained.set()  # a rebalance waiting on this session goes on: it ends here
+            pending = [*running, *([fetch] if fetch else []), *([committing] if committing else [])]
+            for work in pending:
+                work.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _start(self, window: Window, item: Inbound) -> asyncio.Task[list[Emit]] | None:
+        """A fetched candidate's decision, started; None when a session before this one
+        concluded it (its outputs committed with the offset's metadata)."""
+        if not window.fetched(TopicPartition(item.topic, item.partition), item.offset):
+            return None
+        if self.metrics is not None:
+            self.metrics.observe_waits([item], time.time())
+        if getattr(self.stage, "reads_control", True):
+            await self._await_control(1)
+        return asyncio.create_task(self._decide_alone(item, time.perf_counter()))
+
+    async def _decide_alone(self, item: Inbound, received: float) -> list[Emit]:
+        """One candidate's decision in flow. Its own context (calls overlap, and each
+        decision is timed from its own arrival); the state table is shared, so a candidate
+        that fails alone does not roll back the others' writes (its own stay: a budget
+        charged for a call that was made)."""
+        ctx = copy.copy(self.ctx)
+        with self.telemetry.batch([item]):
+            return await process_isolated(
+                self.stage,
+                [item],
+                ctx,
+                SHARED_TABLE,
+                received=received,
+                on_error=self.on_processing_error,
+            )
+
     async def _refresh_lag(self, consumer: AIOKafkaConsumer, metrics: StageMetrics) -> None:
         while True:
             await asyncio.sleep(LAG_INTERVAL)
             with contextlib.suppress(Exception):  # a gauge never ends the worker
                 await metrics.refresh_lag(consumer)
 
-    async def _sync_state(self, consumer: AIOKafkaConsumer) -> None:
-        """Restore the state table for the source partitions now held, then say ready."""
+    async def _sync_state(self, consumer: AIOKafkaConsumer, window: Window | None = None) -> None:
+        """Restore the state table for the source partitions now held (and, in flow, what
+        the committed offsets' metadata says is concluded), then say ready."""
         source = self.settings.topic(self.stage.source)
         held = frozenset(tp.partition for tp in consumer.assignment() if tp.topic == source)
         self.ctx.source_partitions = len(consumer.partitions_for_topic(source) or ()) or 1
@@ -399,6 +573,13 @@ class StageLoop:
             await asyncio.wait_for(
                 self.store.restore(self.settings.bootstrap_servers, held), OP_TIMEOUT_S
             )
+        if window is not None and held != self._windowed:
+            tps = [TopicPartition(source, p) for p in sorted(held - self._windowed)]
+            committed = await asyncio.wait_for(committed_offsets(consumer, tps), OP_TIMEOUT_S)
+            for tp in tps:
+                at = committed.get(tp)
+                window.restore(tp, None if at is None else at[0], None if at is None else at[1])
+            self._windowed = held
         if held and not self.ready:
             self.ready = True
             if self.on_ready is not None:
@@ -550,10 +731,13 @@ class StageLoop:
         producer: AIOKafkaProducer,
         emits: Sequence[Emit],
         records: Sequence[ConsumerRecord | Inbound],
+        window: dict[TopicPartition, tuple[int, str]] | None = None,
     ) -> None:
         """Outputs, state writes and input offsets in one transaction (see module doc),
-        with the offsets carried from batches that wrote nothing."""
-        offsets = dict(self._carried)
+        with the offsets carried from batches that wrote nothing; in flow, the `window`'s
+        offsets and metadata (`inflight.Window.commits`)."""
+        offsets: dict[TopicPartition, Any] = dict(self._carried)
+        offsets.update(window or {})
         for r in records:
             tp = TopicPartition(r.topic, r.partition)
             offsets[tp] = max(offsets.get(tp, 0), r.offset + 1)
@@ -562,11 +746,10 @@ class StageLoop:
             messages: list[Message] = [
                 (self.settings.topic(e.topic), e.key, e.value, e.headers) for e in emits
             ]
+            sent = self.store.changes() if self.store is not None else []
             if self.store is not None:
                 store = self.store
-                messages += [
-                    (store.topic, k, v, (), store.partition_for(k)) for k, v in store.changes()
-                ]
+                messages += [(store.topic, k, v, (), store.partition_for(k)) for k, v in sent]
             futures = await send_batched(producer, messages)
             await asyncio.wait_for(asyncio.gather(*futures), OP_TIMEOUT_S)
             await asyncio.wait_for(
@@ -580,7 +763,7 @@ class StageLoop:
             raise
         self._carried.clear()
         if self.store is not None:
-            self.store.commit()
+            self.store.commit(sent if window is not None else None)
 
 
 Message = (
@@ -622,6 +805,27 @@ async def send_batched(producer: AIOKafkaProducer, messages: Sequence[Message]) 
     for (topic, partition), builder in builders.items():
         futures.append(await producer.send_batch(builder, topic, partition=partition))
     return futures
+
+
+class _SharedTable(dict[Any, Any]):
+    """The table `process_isolated` rolls back on a failure, in flow: none, since the
+    stage's table is written by every open decision at once."""
+
+    def savepoint(self) -> Callable[[], None]:
+        return lambda: None
+
+
+SHARED_TABLE = _SharedTable()
+
+
+async def committed_offsets(
+    consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]
+) -> dict[TopicPartition, tuple[int, str]]:
+    """The group's committed offset and metadata for `tps` (absent: none committed).
+    aiokafka's `committed` drops the metadata; its coordinator's fetch, which positions the
+    consumer, keeps it."""
+    fetched = await consumer._coordinator.fetch_committed_offsets(list(tps))
+    return {tp: (at.offset, at.metadata or "") for tp, at in fetched.items() if at.offset >= 0}
 
 
 def _inbound(record: ConsumerRecord) -> Inbound:

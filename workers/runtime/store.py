@@ -28,6 +28,7 @@ from topics.names import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("groundstream.store")
 _DELETED = object()
+_MISSING = object()
 
 
 class ChangelogStore(MutableMapping[bytes, Any]):
@@ -72,13 +73,29 @@ class ChangelogStore(MutableMapping[bytes, Any]):
         """Where `key`'s changelog entry goes: its `placement`, else None (by its hash)."""
         return None if self.placement is None else self.placement(key)
 
-    def commit(self) -> None:
-        for key, value in self._pending.items():
-            if value is _DELETED:
+    def commit(self, sent: list[tuple[bytes, bytes | None]] | None = None) -> None:
+        """The pending writes are committed; with `sent` (the `changes()` a transaction
+        carried), only those: a write made while it was in flight (a stage that decides
+        while it commits, `loop.StageLoop._flow`) stays pending for the next one."""
+        if sent is None:
+            for key, value in self._pending.items():
+                if value is _DELETED:
+                    self._data.pop(key, None)
+                else:
+                    self._data[key] = value
+            self._pending.clear()
+            return
+        for key, message in sent:
+            current = self._pending.get(key, _MISSING)
+            same = current is not _MISSING and message == (
+                None if current is _DELETED else dumps(current)
+            )
+            if same:
+                del self._pending[key]
+            if message is None:
                 self._data.pop(key, None)
             else:
-                self._data[key] = value
-        self._pending.clear()
+                self._data[key] = current if same else loads(message)
 
     def rollback(self) -> None:
         self._pending.clear()

@@ -18,7 +18,7 @@ from pipeline.stages.inputs import evidence_context
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.encoder import stage_encoder
-from workers.clients.endpoints import EndpointPool, time_left
+from workers.clients.endpoints import EndpointPool, rate_limit_patience, time_left
 from workers.clients.nli import load_nli
 from workers.interfaces import Emit, EndpointConfig, StageContext
 from workers.stages.common import EnvelopeStage
@@ -32,8 +32,16 @@ class ConsistencyStage(EnvelopeStage):
     def __init__(self, sampler: EndpointConfig, nli_model: str = "") -> None:
         """`nli_model`: the path of an NLI cross-encoder; empty compares embeddings."""
         self.nli_model = nli_model
-        self.pool = EndpointPool("sampler", sampler.url, sampler.model, sampler.api_key)
+        self.pool = EndpointPool(
+            "sampler",
+            sampler.url,
+            sampler.model,
+            sampler.api_key,
+            max_in_flight=sampler.max_in_flight,
+        )
         self.timeout = sampler.timeout
+        self.max_in_flight = sampler.max_in_flight
+        """As the judge's: candidates decided at once, each concluded as its calls return."""
 
     async def decide_one(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
@@ -55,6 +63,7 @@ class ConsistencyStage(EnvelopeStage):
                 config.max_tokens,
                 timeout=time_left(env.deadline, ctx.clock(), self.timeout),
                 token_budget=config.token_budget,
+                patience=rate_limit_patience(env.deadline, ctx.clock(), self.timeout),
             )
             drawn = consistency.Drawn(
                 samples=tuple(result.samples),

@@ -2,11 +2,13 @@
 
 Reads the verdict from the first token's logprobs (`pipeline.stages.judge` decides).
 Anything but a clear yes or no — no endpoint configured, timeout, 5xx, open breaker,
-malformed reply, missing logprobs — goes to a person. Calls for a batch run concurrently,
-each inside its candidate's deadline, so a slow endpoint never stalls the consumer past
-the judge timeout. Before a call, the verdict cache and the route's judge budgets have
-their say (`workers.stages.judge_ledger`: a cached clear verdict answers without a call;
-over budget, never an accept), on the table the loop restores per input partition."""
+malformed reply, missing logprobs — goes to a person. On Kafka the loop decides up to
+`max_in_flight` candidates at once and concludes each as its call returns
+(`StageLoop._flow`): a slow call holds up its own answer only. Each call runs inside its
+candidate's deadline; a rate limit's Retry-After is waited out within it. Before a
+call, the verdict cache and the route's judge budgets have their say
+(`workers.stages.judge_ledger`: a cached clear verdict answers without a call; over
+budget, never an accept), on the table the loop restores per input partition."""
 
 from __future__ import annotations
 
@@ -41,8 +43,13 @@ class JudgeStage(EnvelopeStage):
     source = Topic.JUDGE
 
     def __init__(self, judge: EndpointConfig) -> None:
-        self.pool = EndpointPool("judge", judge.url, judge.model, judge.api_key)
+        self.pool = EndpointPool(
+            "judge", judge.url, judge.model, judge.api_key, max_in_flight=judge.max_in_flight
+        )
         self.timeout = judge.timeout
+        self.max_in_flight = judge.max_in_flight
+        """The Kafka loop decides this many candidates at once, each concluded as its call
+        returns (`StageLoop._flow`); the pool holds the endpoint to as many calls."""
         self.ledger: MutableMapping[bytes, Any] = {}
         """Spend and verdict cache per input partition; the Kafka loop's changelog store."""
         self.gate = JudgeGate()
