@@ -53,6 +53,9 @@ class EndpointConfig:
     model: str = ""
     timeout: float = 10.0
     api_key: str = field(default="", repr=False)
+    max_in_flight: int = 64
+    """Calls open at once to the endpoint from this worker; its candidates are decided
+    that many at a time, each concluded as its call returns (`loop.StageLoop._flow`)."""
 
 
 @dataclass
@@ -98,6 +101,8 @@ class StageContext:
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
     encoder_backend: str = "torch"
     """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
+    encoder_cache_rows: int = 20_000
+    """GROUNDSTREAM_ENCODER_CACHE_ROWS: embeddings the stage's encoder keeps (LRU)."""
     received: float | None = None
     """`time.perf_counter()` when the stage received the batch in hand (set around each
     batch by `isolation.process_isolated`): a decision's timing counts from there."""

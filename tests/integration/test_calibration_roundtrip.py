@@ -110,3 +110,57 @@ def test_a_fitted_policy_decides_its_training_data_the_same_in_every_batch_and_b
     assert "within a backend by 0.00e+00" in done.stdout  # bit-identical, not merely close
     assert "(torch@1, torch@7, torch@64, onnx@1, onnx@7, onnx@64)" in done.stdout
     assert closest_to_a_cut(done.stdout) >= SCORE_EPSILON
+
+
+def test_the_library_switch_applies_calibrates_sgi_cuts_to_the_sgi_they_were_fitted_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 33 (one SGI): `calibrate` fits the policy's SGI cuts on SGI of the answer's
+    core; `pipeline.compute_sgi` reads the same quantity, so the library's switch under the
+    written policy decides every training answer as `calibrate` counted it in-sample. The
+    seed's whole-response SGI under the same cuts does not."""
+    from pipeline import compute_sgi
+    from pipeline.claims.units import answer_core
+    from pipeline.encoder import load_encoder
+    from pipeline.scores.geometric import compute_sgi_batch
+    from pipeline.switch import GroundingSwitch, SwitchAction
+    from workers.eval.datasets import load_labelled
+
+    policy_path = tmp_path / "policy.toml"
+    env = worker_env("127.0.0.1:1", "unused.", tmp_path / "data")
+    data = FIXTURES / "labelled.jsonl"
+    cli(env, "calibrate", str(data), "--max-accept-error", "0.1", "--out", str(policy_path))
+    policy = load_policy(policy_path)
+    t, fit = policy.thresholds, policy.calibration["fit"]
+    switch = GroundingSwitch(t.sgi_strong_pass, t.sgi_review)
+    encoder = load_encoder(policy.encoder_model)
+
+    items = load_labelled(data)
+    assert any(
+        answer_core(i.candidate["response"], i.candidate["question"]) != i.candidate["response"]
+        for i in items
+    )
+    core, whole = [], []
+    for item in items:
+        c = item.candidate
+        core.append(switch.decide(compute_sgi(c["question"], c["context"], c["response"], encoder)))
+        (seed,) = compute_sgi_batch([(c["question"], c["context"], c["response"])], encoder)
+        whole.append(switch.decide(seed))
+
+    def rate(decisions: list, action: SwitchAction, grounded: bool) -> float:
+        picked = [d for d, i in zip(decisions, items, strict=True) if i.grounded is grounded]
+        return sum(d.action is action for d in picked) / len(picked)
+
+    def in_sample(decisions: list) -> dict[str, float]:
+        return {
+            f"{kind}_rate_{label}_at_{cut}": rate(decisions, action, label == "grounded")
+            for kind, cut, action in (
+                ("accept", "strong_pass", SwitchAction.ACCEPT),
+                ("reject", "review", SwitchAction.FALLBACK),
+            )
+            for label in ("grounded", "ungrounded")
+        }
+
+    recorded = {key: fit[key] for key in in_sample(core)}
+    assert in_sample(core) == pytest.approx(recorded, abs=1e-12)
+    assert in_sample(whole) != pytest.approx(recorded, abs=1e-12)

@@ -58,6 +58,7 @@ MALFORMED: dict[str, list[str]] = {
         *("--ragtruth", "{bad}", "--begin", "{bad}", "--out", "{tmp}/reader"),
     ],
     "bench plot": ["bench", "plot", "{bad}", "--out", "{tmp}/plot"],
+    "bench judge": ["bench", "judge", "{bad}"],
     "encoder export": ["encoder", "export", "--model", "{tmp}"],
     "encoder compare": ["encoder", "compare", "{bad}", "--limit", "1"],
     "reader export": ["reader", "export", "{bad}", "--out", "{tmp}/exported"],
@@ -68,7 +69,10 @@ MALFORMED: dict[str, list[str]] = {
 # Commands neither table can reach, and why.
 NEITHER = {
     f"bench {name}": "starts its own broker with deploy/kafka/local.sh when none answers"
-    for name in ("geometry", "cache", "claims", "switch", "latency", "scale", "ladder", "fairness")
+    for name in (
+        *("geometry", "cache", "claims", "switch", "latency", "scale", "ladder", "fairness"),
+        "judge-throughput",
+    )
 }
 
 

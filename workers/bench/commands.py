@@ -194,6 +194,154 @@ def fairness(bootstrap: str, n: int, rate: float, rounds: int, json_path: Path |
     _finish(lambda: fa.run(fa.Options(bootstrap, n, rate, rounds)), json_path)
 
 
+@bench.command("judge-throughput")
+@bootstrap_option
+@click.option("--n", type=int, default=1000, show_default=True, help="Answers in the burst.")
+@click.option("--in-flight", type=click.IntRange(1, 128), default=64, show_default=True)
+@click.option("--endpoint-limit", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--p50", type=click.FloatRange(min=0.001), default=1.0, show_default=True)
+@click.option("--p99", type=click.FloatRange(min=0.001), default=4.0, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0.1), default=25.0, show_default=True)
+@click.option("--seconds", type=click.FloatRange(min=1), default=20.0, show_default=True)
+@click.option("--seed", type=int, default=35, show_default=True, help="The latencies' draw.")
+@json_option
+def judge_throughput(
+    bootstrap: str,
+    n: int,
+    in_flight: int,
+    endpoint_limit: int,
+    p50: float,
+    p99: float,
+    rate: float,
+    seconds: float,
+    seed: int,
+    json_path: Path | None,
+) -> None:
+    """A judge worker against a slow scripted judge: answers/s vs the ideal (goal >= 0.8),
+    p99 with 2% of calls taking 8 s vs without (goal <= 1.5x)."""
+    from workers.bench import judge_throughput as jt
+
+    if p99 < p50:
+        raise click.BadParameter("must be at least --p50", param_hint="--p99")
+    opts = jt.Options(bootstrap, n, in_flight, endpoint_limit, p50, p99, rate, seconds, seed=seed)
+    _finish(lambda: jt.run(opts), json_path)
+
+
+@bench.command()
+@click.argument(
+    "data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--judge-accuracy",
+    type=click.FloatRange(0.5, 1.0),
+    default=0.85,
+    show_default=True,
+    help="The share of answers the scripted judge gets right.",
+)
+@click.option(
+    "--judge-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.5,
+    show_default=True,
+    help="The judge share starred in the frontier (the tokens are counted on its band).",
+)
+@click.option(
+    "--max-accept-error",
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="The bound the bands are fitted within: largest share of state wrong.",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Records per file.")
+@click.option(
+    "--backend",
+    type=click.Choice(["onnx", "torch"]),
+    default="onnx",
+    show_default=True,
+    help="Encoder backend of the scoring.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Policy whose grounding model scores the answers (default: the shipped one).",
+)
+@click.option(
+    "--max-context-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The judge's [judge] max_context_tokens (default: the policy's).",
+)
+@click.option("--kafka", is_flag=True, help="Also two judge workers on the broker at --bootstrap.")
+@click.option(
+    "--kafka-only",
+    is_flag=True,
+    help="Only the part on the broker, on unscored candidates (no minutes of scoring).",
+)
+@bootstrap_option
+@click.option(
+    "--kafka-n",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="With --kafka: candidates produced (the issue's figure: 1000).",
+)
+@click.option(
+    "--produce-seconds",
+    type=click.FloatRange(0.0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="With --kafka: produced within this many seconds.",
+)
+@click.option(
+    "--calls-per-minute",
+    type=click.IntRange(min=1),
+    default=60,
+    show_default=True,
+    help="With --kafka: the route's judge budget.",
+)
+@json_option
+def judge(
+    data: tuple[Path, ...],
+    judge_accuracy: float,
+    judge_share: float,
+    max_accept_error: float,
+    limit: int | None,
+    backend: str,
+    policy: Path | None,
+    max_context_tokens: int | None,
+    kafka: bool,
+    kafka_only: bool,
+    bootstrap: str,
+    kafka_n: int,
+    produce_seconds: float,
+    calls_per_minute: int,
+    json_path: Path | None,
+) -> None:
+    """The judge on labelled DATA with a scripted judge: the judge-share frontier, tokens
+    with and without context windows (goal <= 0.60x), cache hits on a resubmitted run; with
+    --kafka, a route budget across two judge workers (goal: none over it in any 60 s)."""
+    from workers.bench import judge as jd
+
+    opts = jd.Options(
+        data,
+        accuracy=judge_accuracy,
+        share=judge_share,
+        max_error=max_accept_error,
+        limit=limit,
+        backend=backend,
+        policy=policy,
+        max_context_tokens=max_context_tokens,
+        kafka=kafka or kafka_only,
+        kafka_only=kafka_only,
+        bootstrap=bootstrap,
+        kafka_n=kafka_n,
+        produce_seconds=produce_seconds,
+        calls_per_minute=calls_per_minute,
+    )
+    _finish(lambda: jd.run(opts), json_path)
+
+
 @bench.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     "--from-decisions",
     is_flag=True,
     help="Take the labels from the human verdicts on `decisions` (and their candidates)"
-    " instead of DATA: refit the cuts, and the model given enough verdicts.",
+    " instead of DATA: refit the cuts, and the model given enough verdicts. With DATA and"
+    " --judge-share: estimate the judge's accuracy from the candidates both a person and"
+    " the judge ruled on, and fit the band on DATA with it.",
 )
 @click.option(
     "--since", default=None, help="With --from-decisions: verdicts from this ISO time or epoch."
@@ -79,7 +81,8 @@ if TYPE_CHECKING:
     "--judge-accuracy",
     type=float,
     default=None,
-    help="With --judge-share: the share of answers the judge gets right (default 1.0).",
+    help="With --judge-share: the share of answers the judge gets right (default 1.0;"
+    " --from-decisions estimates it).",
 )
 @click.option("--limit", type=int, default=None, help="Read at most N records per file.")
 @reader_option
@@ -119,6 +122,20 @@ def calibrate(
             check_accept_error(name, max_accept_error if bound is None else bound)
         except PolicyError as exc:
             raise click.BadParameter(str(exc), param_hint=name) from None
+    if from_decisions and judge_share is not None:
+        # The judge's accuracy from decisions, the band fitted on DATA.
+        if judge_accuracy is not None:
+            raise click.UsageError(
+                "--judge-accuracy and --from-decisions both give the judge's accuracy: give one"
+            )
+        if not data:
+            raise click.UsageError(
+                "--judge-share with --from-decisions fits on DATA: give labelled files"
+                " (the decisions give the judge's accuracy)"
+            )
+        _judge_share(judge_share, None)  # a bad share is refused before reading Kafka
+        judge_accuracy = _judge_accuracy_from_decisions(route, since)
+        from_decisions = False
     band = _judge_share(judge_share, judge_accuracy)
     use_reader(reader)  # its P(supported) is fitted as the claim_reader feature
     if from_decisions:
@@ -156,8 +173,10 @@ def calibrate(
         _echo_fit_figures(sections.get("grounding", {}).get("metrics", {}))
         if line := reader_weights(sections.get("grounding")):
             click.echo(line)
+        _echo_without_reader(sections.get("grounding"))
         if band is not None:
             _echo_frontier(route, sections["calibration"])
+            _echo_frontier_without_reader(sections.get("grounding"), route)
         return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         tasks: dict[str, int] = {}
@@ -185,9 +204,11 @@ def calibrate(
     _echo_fit_figures(policy.get("grounding", {}).get("metrics", {}))
     if line := reader_weights(policy.get("grounding")):
         click.echo(line)
+    _echo_without_reader(policy.get("grounding"))
     if band is not None:
         route_table = policy["routes"][JUDGE_SHARE_ROUTE]
         _echo_frontier(JUDGE_SHARE_ROUTE, route_table["calibration"])
+        _echo_frontier_without_reader(policy.get("grounding"), JUDGE_SHARE_ROUTE)
 
 
 def _echo_fit_figures(metrics: dict) -> None:
@@ -205,13 +226,78 @@ def _echo_fit_figures(metrics: dict) -> None:
             )
         if name + ".cv_familiar" in metrics:
             line += f"; {metrics[name + '.cv_familiar']:.1%} familiar out of fold"
+        if name + ".familiar_in_sample" in metrics:
+            line += f", {metrics[name + '.familiar_in_sample']:.1%} as fitted"
         click.echo(line)
     if "familiarity_cut" in metrics:
         click.echo(
             f"familiarity: cut {metrics['familiarity_cut']:.4f} (a candidate farther from the"
             f" calibration data is not accepted on geometry's word);"
             f" {metrics['cv_familiar']:.1%} of the calibration data familiar out of fold"
+            + (
+                f", {metrics['familiar_in_sample']:.1%} under the fitted test (as the stage"
+                " reads it)"
+                if "familiar_in_sample" in metrics
+                else ""
+            )
         )
+
+
+def _echo_without_reader(grounding: dict | None) -> None:
+    """With --reader: per data file, the cross-validated figures (folds grouped by source)
+    of the fit with the reader and of the same fit without it, side by side (nothing
+    without a reader); first, when the figures gave the reader no say, one line saying so
+    and why."""
+    grounding = grounding or {}
+    record = grounding.get("reader") or {}
+    if "without" not in record:
+        return
+    dropped = record.get("weighed") is False
+    with_it = (record.get("with", {}) if dropped else grounding).get("metrics", {})
+    without = record["without"].get("metrics", {})
+    if dropped:
+        click.echo(
+            f"reader {record['name']} measured and given no say: {record.get('verdict')};"
+            f" the policy is the fit without it (weight 0), so it is not run or asked for"
+            f" at start-up"
+        )
+    elif record.get("verdict"):
+        click.echo(f"reader {record['name']} given its weight: {record['verdict']}")
+    click.echo(
+        f"with reader {record['name']} | without it, cross-validated (folds grouped by source)"
+        + (": the policy keeps the fit without it" if dropped else ":")
+    )
+    heads = f"{'AUROC':>7}{'grounded acc.':>15}{'acc. wrong':>12}"
+    click.echo(f"  {'data':<24}{heads} |{heads}")
+    suffix = ".cv_auroc"
+    for name in sorted(k.removesuffix(suffix) for k in with_it if k.endswith(suffix)):
+        cells = []
+        for m in (with_it, without):
+            auc = m.get(name + suffix)
+            cells.append(
+                (f"{auc:>7.3f}" if auc is not None else f"{'n/a':>7}")
+                + f"{m.get(name + '.cv_accept_rate_grounded', 0.0):>15.1%}"
+                + f"{m.get(name + '.cv_accept_error', 0.0):>12.1%}"
+            )
+        click.echo(f"  {name:<24}{cells[0]} |{cells[1]}")
+    if "auroc_in_sample" in with_it and "auroc_in_sample" in without:
+        click.echo(
+            f"  in-sample AUROC {with_it['auroc_in_sample']:.3f} with the reader,"
+            f" {without['auroc_in_sample']:.3f} without"
+        )
+
+
+def _echo_frontier_without_reader(grounding: dict | None, route: str) -> None:
+    """With --reader and --judge-share: the frontier of the same fit without the reader
+    (of the fit with it when the reader was given no say: the policy's is without it)."""
+    record = (grounding or {}).get("reader") or {}
+    if record.get("weighed") is False and "judge_share" in record.get("with", {}):
+        # The frontier printed above is the kept fit's, without the reader.
+        click.echo(f"with reader {record['name']} (given no say):")
+        _echo_frontier(route, record["with"]["judge_share"])
+    elif "judge_share" in record.get("without", {}):
+        click.echo(f"without reader {record['name']}:")
+        _echo_frontier(route, record["without"]["judge_share"])
 
 
 def _judge_share(share: float | None, accuracy: float | None) -> JudgeShare | None:
@@ -282,6 +368,31 @@ def _echo_frontier(route: str, record: dict) -> None:
             f" {down['right']:.1%} of right answers to state, {down['wrong']:.1%} of state wrong"
             + (f" | {down['cv_right']:.1%}, {down['cv_wrong']:.1%}" if cv else "")
         )
+
+
+def _judge_accuracy_from_decisions(route: str | None, since: str | None) -> float:
+    """The judge's accuracy estimated from the candidates both a person and the judge
+    ruled on (`workers.eval.reviewed.judge_accuracy`), printed with its count."""
+    from workers.eval.reviewed import parse_since, read_judge_accuracy
+
+    try:
+        start = None if since is None else parse_since(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    estimate = run_kafka(read_judge_accuracy(load_settings(), since=start, route=route))
+    if estimate.accuracy is None:
+        raise click.ClickException(
+            "no candidate on `decisions` was ruled on by both a person and the judge"
+            + (f" on route {route}" if route else "")
+            + ": give --judge-accuracy instead of --from-decisions"
+        )
+    click.echo(estimate.render())
+    if estimate.accuracy < 0.5:
+        raise click.ClickException(
+            f"the judge agreed with people on {estimate.accuracy:.1%} of {estimate.n}"
+            " candidates, less than a coin: a band cannot be fitted for it"
+        )
+    return estimate.accuracy
 
 
 def _calibrate_from_decisions(

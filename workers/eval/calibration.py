@@ -37,10 +37,11 @@ from pipeline.fit.grounding import GroundingFit, feature_matrix, fit_grounding
 from pipeline.fit.judge_share import JudgeShare, JudgeShareFit, fit_judge_share
 from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
-from pipeline.scores.batch import measure_batch
+from pipeline.scores.batch import familiarity_vectors, measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
+from workers.eval.reader_figures import fitted_reader_dir, with_reader_record
 
 Progress = Callable[[str, int, int], None]
 
@@ -186,6 +187,23 @@ def fit_with_band(
         labels = [e.grounded for e in with_ctx]
         groups = [e.group for e in with_ctx]
         contexts = ["\n".join(e.context or ()) for e in with_ctx]
+        options: dict[str, Any] = {
+            "shapes": [shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
+            "tasks": [e.task for e in with_ctx],
+            # The vectors the stage reads (`score_batch`: the core's and the context's
+            # window embeddings); the cut holds the share familiar in sample as well as
+            # out of fold, so the policy counts its own training answers familiar.
+            "vectors": np.array(
+                _in_batches(
+                    [(e.context or (), m.core) for e, m in zip(with_ctx, measured, strict=True)],
+                    64,
+                    lambda b: familiarity_vectors(b, encoder),
+                    None,
+                    "familiarity",
+                )
+            ),
+            "familiar_share": familiar_share,
+        }
         grounding = fit_grounding(
             rows,
             labels,
@@ -193,15 +211,25 @@ def fit_with_band(
             contexts=contexts,
             max_accept_error=max_accept_error,
             max_accept_error_long=max_accept_error_long,
-            shapes=[shape_inputs(m.core, m.sgi.context_windows, True) for m in measured],
-            tasks=[e.task for e in with_ctx],
-            # No familiarity test yet: fitted on calibrate's vectors it flagged training
-            # answers as unfamiliar at run time (distance 1.49-1.59 vs cut 1.45 on the
-            # round-trip fixtures), so the vector the stage computes is not yet the one
-            # the fit saw (issue 34). Fitting it is off until they are the same quantity.
-            vectors=None,
-            familiar_share=familiar_share,
+            **options,
         )
+        if reader is not None and (read := fitted_reader_dir()) is not None:
+            # The model names its reader (start-up serves it only with that one), and the
+            # same fit without it is recorded beside it (`calibrate --reader`, issue 32);
+            # a reader the cross-validated figures say does not help gets the fit without
+            # it, weight exactly 0 (`reader_figures.reader_verdict`), and the rows it reads.
+            grounding, rows = with_reader_record(
+                grounding,
+                read,
+                rows,
+                labels,
+                groups,
+                contexts,
+                max_accept_error=max_accept_error,
+                max_accept_error_long=max_accept_error_long,
+                judge_share=judge_share,
+                fit_options=options,
+            )
         if judge_share is not None:
             band = fit_judge_share(
                 feature_matrix(rows),
@@ -293,6 +321,11 @@ def calibrate(
             *(() if judge_share is None else (judge_share.share, judge_share.accuracy)),
             encoder.model_id,
             reference and file_sha256(reference),
+            *(
+                ()
+                if grounding is None or not grounding.model.reader
+                else (grounding.model.reader["digest"],)
+            ),
         )
     )
     version = f"{now:%Y.%m.%d}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:8]}"

@@ -58,12 +58,16 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
     telemetry."""
     spec = row(name)
     stage = spec.build(settings)
+    policy = settings.load_policy()  # a policy whose reader is not served stops here
+    if name == "geometry" and (note := settings.reader_note(policy)):
+        log.warning(note)  # the stage that would run the reader says it will not
     ctx = StageContext(
-        policy=settings.load_policy(),
+        policy=policy,
         default_route=settings.default_route,
         max_candidate_bytes=settings.max_candidate_bytes,
         caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
+        encoder_cache_rows=settings.encoder_cache_rows,
     )
     if spec.preload_encoder(settings):
         from workers.clients.encoder import stage_encoder

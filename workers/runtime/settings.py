@@ -36,6 +36,19 @@ def _positive_int(v: str) -> int:
     return n
 
 
+MAX_IN_FLIGHT = 128
+"""Most calls a worker may keep open to one endpoint: the candidates concluded beyond a
+partition's committed offset are named in its metadata, which must stay under the
+broker's 4 KiB (`inflight`)."""
+
+
+def _in_flight(v: str) -> int:
+    n = int(v)
+    if not 1 <= n <= MAX_IN_FLIGHT:
+        raise ValueError
+    return n
+
+
 def _positive_float(v: str) -> float:
     x = float(v)
     if not x > 0:
@@ -93,6 +106,14 @@ def _nli_model(v: str) -> str:
     return v
 
 
+def _grounding_models(policy: Policy) -> list[tuple[str, Any]]:
+    """Every grounding model of `policy`, named by where the policy holds it."""
+    return [("the policy's grounding model", policy.grounding)] + [
+        (f"route {name}'s grounding model", fit.grounding)
+        for name, fit in policy.route_fits.items()
+    ]
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -117,8 +138,11 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "judge_url": (_url, "an http(s) base URL ending in /v1"),
     "sampler_timeout": (_positive_float, "seconds > 0"),
     "judge_timeout": (_positive_float, "seconds > 0"),
+    "judge_max_in_flight": (_in_flight, f"an integer from 1 to {MAX_IN_FLIGHT}"),
+    "sampler_max_in_flight": (_in_flight, f"an integer from 1 to {MAX_IN_FLIGHT}"),
     "control_poll": (_positive_float, "seconds > 0"),
     "encoder_backend": (_encoder_backend, f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"),
+    "encoder_cache_rows": (_positive_int, "an integer >= 1"),
     "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
     "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
     "reader": (_reader_dir, "a reader directory (`groundstream reader export` writes one)"),
@@ -168,6 +192,9 @@ class Settings:
     judge_url: str = ""
     judge_model: str = ""
     judge_timeout: float = 10.0
+    judge_max_in_flight: int = 64
+    """Judge calls one worker keeps open; each candidate concluded as its call returns."""
+    sampler_max_in_flight: int = 64
     judge_api_key: str = field(default="", repr=False)
     sampler_api_key: str = field(default="", repr=False)
     stage_key: str = field(default="", repr=False)
@@ -183,6 +210,10 @@ class Settings:
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
     control_poll: float = 0.5
     encoder_backend: str = "torch"
+    encoder_cache_rows: int = 20_000
+    """Embeddings a worker's encoder keeps, least recently used out first: ~1.85 KiB each
+    (all-MiniLM-L6-v2), so the default holds ~37 MiB and the worker's peak follows this
+    setting, not how many distinct texts it has seen (issue 33)."""
     instance_id: str = ""  # empty: the host name (one process per stage and host)
     on_processing_error: ErrorAction = ErrorAction.DEADLETTER
     """A candidate's permanent error: dead-letter it, or stop the worker (`isolation`)."""
@@ -252,7 +283,53 @@ class Settings:
                 self.default_route,
                 f"a route of the policy ({', '.join(sorted(policy.routes))})",
             )
+        from pipeline.claims.readers import served_reader_problem
+
+        problem = served_reader_problem(_grounding_models(policy), self.served_reader())
+        if problem is not None:
+            error = SettingsError(PREFIX + "READER", self.reader, "the policy's reader")
+            error.args = (
+                f"{PREFIX}READER={self.reader or '(unset)'}: in policy {policy.version}, "
+                f"{problem}; set {PREFIX}READER (or --reader) to that reader's directory, or "
+                "refit the policy without --reader",
+            )
+            raise error
         return policy
+
+    def served_reader(self) -> str | None:
+        """The claim reader the geometry stage would run: GROUNDSTREAM_READER's, else the
+        shipped one when the package has it, else None."""
+        from pipeline.claims.reader import MODEL_FILE, bundled_reader_dir
+
+        if self.reader:
+            return self.reader
+        return str(bundled_reader_dir()) if (bundled_reader_dir() / MODEL_FILE).is_file() else None
+
+    def reader_note(self, policy: Policy) -> str | None:
+        """One line when GROUNDSTREAM_READER is set but no grounding model of `policy`
+        gives it weight: the ladder then does not run it (None otherwise). It says so with
+        the figures when the policy's fit measured that reader and gave it no say."""
+        from pipeline.scores.grounding import CLAIM_READER, reads_claims
+
+        if not self.reader or any(
+            reads_claims(m, CLAIM_READER) for _, m in _grounding_models(policy) if m is not None
+        ):
+            return None
+        from pipeline.claims.readers import reader_identity
+
+        digest = reader_identity(self.reader)["digest"]
+        for _, model in _grounding_models(policy):
+            record = getattr(model, "reader", None) or {}
+            if record.get("weighed") is False and record.get("digest") == digest:
+                return (
+                    f"note: the policy gives the reader {self.reader} no weight, so the ladder"
+                    " does not run it: `groundstream calibrate --reader` measured it and gave"
+                    f" it no say ({record.get('verdict')})"
+                )
+        return (
+            f"note: the policy gives the reader {self.reader} no weight, so the ladder does "
+            "not run it; fit its weight with `groundstream calibrate --reader` (docs/readers.md)"
+        )
 
     def data_path(self, *parts: str) -> Path:
         return Path(self.data_dir).joinpath(*parts)
