@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,21 +28,14 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.judge import unfence_data
 from tests.fakes.openai_server import Behaviour, FakeOpenAIServer, Status, Verdict
+from workers.bench.judge_fake import judge_is_right, labelled_answer
 from workers.eval.datasets import load_labelled
 
 __all__ = ["LabelledJudge", "judge_is_right", "labelled_judge"]
 
 YES, NO = 0.97, 0.03
 """P(yes) of the scripted verdicts: a clear yes and a clear no under the default bar."""
-
-
-def judge_is_right(candidate_id: str, accuracy: float) -> bool:
-    """Whether the judge answers this candidate correctly: a fixed hash of the id against
-    `accuracy`, so the same ids are wrong in every run."""
-    digest = hashlib.sha256(candidate_id.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64 < accuracy
 
 
 @dataclass
@@ -62,14 +54,7 @@ class LabelledJudge(Behaviour):
         return await Verdict(p_yes=YES if says_yes else NO).respond(server, body)
 
     def _lookup(self, body: dict[str, Any]) -> tuple[str, bool] | None:
-        for message in body.get("messages", []):
-            try:
-                data = unfence_data(str(message.get("content", "")))
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return self.answers.get((str(data.get("question")), str(data.get("response"))))
-        return None
+        return labelled_answer(self.answers, body)
 
 
 def labelled_judge(data: Path, accuracy: float = 1.0) -> LabelledJudge:

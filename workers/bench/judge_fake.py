@@ -36,6 +36,21 @@ def judge_is_right(candidate_id: str, accuracy: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2.0**64 < accuracy
 
 
+def labelled_answer(
+    answers: Mapping[tuple[str, str], tuple[str, bool]], body: Mapping[str, Any]
+) -> tuple[str, bool] | None:
+    """(candidate id, grounded) of the answer a judge request asks about, found by the
+    question and response in its fenced data block; None for an unknown one."""
+    for message in body.get("messages", []):
+        try:
+            data = unfence_data(str(message.get("content", "")))
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return answers.get((str(data.get("question")), str(data.get("response"))))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     at: float
@@ -73,14 +88,7 @@ class ScriptedJudge:
         return grounded if judge_is_right(candidate_id, self.accuracy) else not grounded
 
     def _lookup(self, body: Mapping[str, Any]) -> tuple[str, bool] | None:
-        for message in body.get("messages", []):
-            try:
-                data = unfence_data(str(message.get("content", "")))
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return self.answers.get((str(data.get("question")), str(data.get("response"))))
-        return None
+        return labelled_answer(self.answers, body)
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
