@@ -455,8 +455,12 @@ class StageLoop:
             # aiokafka's getmany blocks while the group rebalances, so it runs beside the
             # calls: they conclude and commit (the drain) while it waits. The records are
             # tagged with the assignment they were fetched under.
+            # Bounded as in batch mode: a rebalance that never ends (the broker gone) is an
+            # error that starts the session over and counts towards give_up_s, not a hang.
             timeout_ms = int(s.batch_within * 1000)
-            batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
+            batches = await asyncio.wait_for(
+                consumer.getmany(timeout_ms=timeout_ms, max_records=room), OP_TIMEOUT_S
+            )
             return [r for tp in sorted(batches) for r in batches[tp]], gate.revocations
 
         gate.drain = drain
