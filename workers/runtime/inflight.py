@@ -126,7 +126,3 @@ class Window:
         if run:
             ranges.append((run[0], run[-1]))
         return ranges
-
-    def uncommitted(self) -> int:
-        """Records fetched and not yet below a committed offset, over all partitions."""
-        return sum(len(t.pending) for t in self._tracks.values())
