@@ -54,15 +54,19 @@ from pipeline.scores.grounding import GroundingModel
 from pipeline.thresholds import SCORE_EPSILON
 
 __all__ = [
+    "BAND_ERROR_FLOOR",
+    "BOUND_Z",
     "FRONTIER_SHARES",
     "Band",
     "Figures",
     "JudgeShare",
     "JudgeShareFit",
+    "default_band_error",
     "every_answer",
     "figures",
     "fit_bands",
     "fit_judge_share",
+    "wilson_upper",
 ]
 
 FRONTIER_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -74,6 +78,17 @@ positions resolve a share to a quarter of a percent of the answers."""
 
 _TOLERANCE = 1e-9
 """Slack for float sums in the share and error constraints (counts are whole or A-weighted)."""
+
+BOUND_Z = 0.5
+"""How sure the fit must be that state's wrong share is within the bound: the band's
+Wilson upper bound at this many standard errors (0.5: one-sided 69%), not its point
+estimate, must be within it. Why: the search picks, among thousands of bands, the one with
+the most right answers that just meets the bound, so the point estimate of the band it
+picks is biased low, and out of fold the bound was exceeded (RAGTruth 5.4% at 5%, issue 31).
+The margin is widest where state is small, where that selection bias is largest. Measured
+out of fold on RAGTruth (`bench judge`'s frontier; docs/quality.md): at z = 0 an 85% judge's
+state was 5.4% wrong at a 5% bound, at 0.5 4.8% (65.0% of right answers), at 1.0 4.0%
+(58.2%); 0.5 keeps the bound at the least cost."""
 
 ALL = "all"
 """The frontier's key for every answer fitted, beside one key per data file."""
@@ -90,11 +105,15 @@ class JudgeShare:
 
     share: float
     accuracy: float = 1.0
+    max_error: float | None = None
+    """The band's bound on state's wrong share; None: the fit's `--max-accept-error`.
+    The CLI sets `default_band_error(accuracy)` when no bound is given."""
 
     def __post_init__(self) -> None:
         for name, value, lowest in (
             ("--judge-share", self.share, 0.0),
             ("--judge-accuracy", self.accuracy, 0.5),
+            *(() if self.max_error is None else (("--max-accept-error", self.max_error, 0.0),)),
         ):
             if (
                 isinstance(value, bool)
@@ -173,6 +192,21 @@ class Figures:
         }
 
 
+BAND_ERROR_FLOOR = 0.015
+"""The strictest default bound of a band: a few thousand calibration answers cannot vouch
+for less (at 1.5%, state's wrong share is already counted in single answers per fold)."""
+
+
+def default_band_error(accuracy: float) -> float:
+    """The band's bound when the operator gives none: a third of the judge's own error rate,
+    and at least `BAND_ERROR_FLOOR`. Why: a judge right a share A of the time, asked about
+    every answer, leaves about 1 - A of state wrong when half the answers are (RAGTruth: an
+    85% judge 12.1%); a band worth its cuts leaves state clearly cleaner than that, and an
+    always-right judge leaves nothing wrong, so there only geometry's accepts can be, and
+    they are held to the floor. 85% right: 5%; always right: 1.5%."""
+    return max(BAND_ERROR_FLOOR, (1.0 - accuracy) / 3.0)
+
+
 def _codes(p: np.ndarray, band: Band) -> np.ndarray:
     """What happens to each answer under `band` (`_REJECTED` ... `_ACCEPTED`)."""
     p = np.asarray(p, dtype=np.float64)
@@ -237,12 +271,31 @@ def _positions(distinct: np.ndarray) -> np.ndarray:
     return np.r_[allowed, distinct.size]
 
 
+def wilson_upper(wrong: np.ndarray, n: np.ndarray, z: float) -> np.ndarray:
+    """The Wilson score interval's upper end for `wrong` of `n` (expected counts may be
+    fractional); 0 where n is 0 (an empty state is not wrong)."""
+    wrong, n = np.asarray(wrong, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    safe = np.where(n > 0, n, 1.0)
+    rate = np.clip(wrong / safe, 0.0, 1.0)
+    z2 = z * z
+    centre = rate + z2 / (2.0 * safe)
+    spread = z * np.sqrt(rate * (1.0 - rate) / safe + z2 / (4.0 * safe * safe))
+    return np.where(n > 0, (centre + spread) / (1.0 + z2 / safe), 0.0)
+
+
 def fit_bands(
-    p: np.ndarray, y: np.ndarray, shares: Iterable[float], max_error: float, accuracy: float
+    p: np.ndarray,
+    y: np.ndarray,
+    shares: Iterable[float],
+    max_error: float,
+    accuracy: float,
+    *,
+    z: float = BOUND_Z,
 ) -> dict[float, Band]:
     """The band for each judge share: the most expected right answers in state with the
-    judge asked about at most that share of the answers and at most `max_error` of state
-    wrong; among equals the fewest wrong, then the fewest asked, then the higher accept cut."""
+    judge asked about at most that share of the answers and state's wrong share within
+    `max_error` at `z` standard errors (`BOUND_Z`; 0: the point estimate); among equals the
+    fewest wrong, then the fewest asked, then the higher accept cut."""
     p = np.asarray(p, dtype=np.float64)
     y = np.asarray(y, dtype=bool)
     shares = tuple(shares)
@@ -261,7 +314,7 @@ def fit_bands(
     right = right_above[i] + accuracy * (right_above[j] - right_above[i])
     wrong = wrong_above[i] + (1.0 - accuracy) * (wrong_above[j] - wrong_above[i])
     asked = above[j] - above[i]
-    meets = wrong <= max_error * (right + wrong) + _TOLERANCE
+    meets = wilson_upper(wrong, right + wrong, z) <= max_error + _TOLERANCE
     # Best first: most right, fewest wrong, fewest asked, highest accept cut.
     rank = np.lexsort((-i, asked, wrong, -right))
     out = {}
@@ -281,16 +334,17 @@ def _regime_bands(
     shares: Sequence[float],
     bounds: tuple[float, float],
     accuracy: float,
+    z: float,
 ) -> dict[float, tuple[Band, Band]]:
     """(short, long-form) bands per share, each regime fitted on its own answers under its
     own bound, as `pipeline.fit.grounding.regime_cuts` fits the accept cuts: each regime
     within the share and the bound keeps all answers within them. A regime too small for a
     fit of its own takes the band fitted on every answer at the short bound."""
-    pooled = fit_bands(p, y, shares, bounds[0], accuracy)
+    pooled = fit_bands(p, y, shares, bounds[0], accuracy, z=z)
     per = []
     for mask, bound in zip((~long, long), bounds, strict=True):
         enough = mask.sum() >= REGIME_MIN and y[mask].any() and (~y[mask]).any()
-        per.append(fit_bands(p[mask], y[mask], shares, bound, accuracy) if enough else pooled)
+        per.append(fit_bands(p[mask], y[mask], shares, bound, accuracy, z=z) if enough else pooled)
     return {s: (per[0][s], per[1][s]) for s in shares}
 
 
@@ -322,6 +376,7 @@ class JudgeShareFit:
     spec: JudgeShare
     max_error: float
     max_error_long: float
+    z: float
     short: Band
     long: Band
     frontier: Mapping[str, tuple[Row, ...]]
@@ -351,6 +406,7 @@ class JudgeShareFit:
             "judge_accuracy": self.spec.accuracy,
             "max_accept_error": self.max_error,
             "max_accept_error_long": self.max_error_long,
+            "bound_z": self.z,
             "band": {"short": self.short.to_dict(), "long": self.long.to_dict()},
             "frontier": {
                 name: [row.to_dict() for row in rows]
@@ -404,6 +460,7 @@ def fit_judge_share(
     contexts: Sequence[str] | None = None,
     folds: int = 5,
     l2: float = 1.0,
+    z: float = BOUND_Z,
 ) -> JudgeShareFit:
     """The bands of `model`'s P(grounded) on feature rows `x` (in `FEATURES` order) for
     `spec`, and the frontier. With `contexts`, the frontier also holds out-of-fold figures:
@@ -412,10 +469,12 @@ def fit_judge_share(
     y = np.asarray(y, dtype=bool)
     groups = np.asarray(groups)
     long = long_rows(x)
+    if spec.max_error is not None:  # the band's own bound (the CLI's judge-aware default)
+        max_error, max_error_long = spec.max_error, None
     bounds = (max_error, max_error if max_error_long is None else max_error_long)
     shares = spec.shares
     p = probabilities(model, x)
-    bands = _regime_bands(p, y, long, shares, bounds, spec.accuracy)
+    bands = _regime_bands(p, y, long, shares, bounds, spec.accuracy, z)
     codes = {s: _codes_by_regime(p, long, bands[s]) for s in shares}
     cv_codes = None
     if contexts is not None and folds > 1:
@@ -424,7 +483,7 @@ def fit_judge_share(
             x, y, groups, contexts, folds=folds, l2=l2
         ):
             fold_bands = _regime_bands(
-                p_train, y[train], long[train], shares, bounds, spec.accuracy
+                p_train, y[train], long[train], shares, bounds, spec.accuracy, z
             )
             for s in shares:
                 cv_codes[s][test] = _codes_by_regime(p_test, long[test], fold_bands[s])
@@ -437,7 +496,7 @@ def fit_judge_share(
     cv_chosen = None if cv_codes is None else {spec.share: _unjudged(cv_codes[spec.share])}
     down = {name: rows[0] for name, rows in _rows(chosen, cv_chosen, y, groups, spec.accuracy)}
     short, long_band = bands[spec.share]
-    return JudgeShareFit(spec, bounds[0], bounds[1], short, long_band, frontier, every, down)
+    return JudgeShareFit(spec, bounds[0], bounds[1], z, short, long_band, frontier, every, down)
 
 
 def _unjudged(codes: np.ndarray) -> np.ndarray:

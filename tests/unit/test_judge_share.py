@@ -18,6 +18,7 @@ from pipeline.consistency import ConsistencyConfig
 from pipeline.errors import PolicyError
 from pipeline.fit.grounding import feature_matrix, fit_grounding
 from pipeline.fit.judge_share import (
+    BOUND_Z,
     FRONTIER_SHARES,
     Band,
     JudgeShare,
@@ -25,6 +26,7 @@ from pipeline.fit.judge_share import (
     figures,
     fit_bands,
     fit_judge_share,
+    wilson_upper,
 )
 from pipeline.judge import JudgeConfig, JudgeReadout, JudgeStatus
 from pipeline.policy import parse_policy
@@ -71,15 +73,16 @@ class TestFitBands:
     def test_a_hand_computed_band(self) -> None:
         # Accept only where state stays clean (0.8 and up: three right answers), then the
         # three answers just below it go to the always-right judge: 0.5 and 0.6 are right.
+        # The search itself, on the point estimate (z=0); the margin is TestTheMargin's.
         p = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
         y = np.array([0, 0, 1, 0, 1, 1, 0, 1, 1, 1], dtype=bool)
-        band = fit_bands(p, y, [0.3], max_error=0.0, accuracy=1.0)[0.3]
+        band = fit_bands(p, y, [0.3], max_error=0.0, accuracy=1.0, z=0.0)[0.3]
         assert band.accept == pytest.approx(0.75) and band.reject == pytest.approx(0.45)
         assert band.veto is None
         f = figures(p, y, band, 1.0)
         assert (f.right, f.wrong, f.asked) == (5, 0, 3)
         # With one answer fewer to ask, only 0.6 of the band is worth asking.
-        smaller = fit_bands(p, y, [0.2], max_error=0.0, accuracy=1.0)[0.2]
+        smaller = fit_bands(p, y, [0.2], max_error=0.0, accuracy=1.0, z=0.0)[0.2]
         assert (smaller.accept, smaller.reject) == (pytest.approx(0.75), pytest.approx(0.55))
 
     def test_a_judge_right_85_percent_of_the_time_counts_its_errors(self) -> None:
@@ -145,6 +148,42 @@ class TestFitBands:
         f = every_answer(y, 0.85)
         assert f.asked == 4 and f.right == pytest.approx(3 * 0.85)
         assert f.wrong == pytest.approx(0.15)
+
+
+class TestTheMargin:
+    """The bound must hold at BOUND_Z standard errors, not just on the point estimate: the
+    search picks the band that just meets it, whose point estimate is biased low."""
+
+    def test_wilson_upper_matches_the_textbook_interval(self) -> None:
+        # 5 of 100 at 95% two-sided: Wilson's interval is [0.0215, 0.1118].
+        assert wilson_upper(np.array([5.0]), np.array([100.0]), 1.96)[0] == pytest.approx(
+            0.1118, abs=1e-4
+        )
+        assert wilson_upper(np.array([0.0]), np.array([0.0]), 1.0)[0] == 0.0  # empty state
+        assert wilson_upper(np.array([3.0]), np.array([60.0]), 0.0)[0] == pytest.approx(0.05)
+
+    def test_the_fitted_band_is_within_the_bound_at_z(self) -> None:
+        p, y = synthetic()
+        for accuracy in (1.0, 0.85):
+            for band in fit_bands(p, y, SHARES, 0.05, accuracy, z=BOUND_Z).values():
+                f = figures(p, y, band, accuracy)
+                upper = wilson_upper(np.array([f.wrong]), np.array([f.right + f.wrong]), BOUND_Z)
+                assert upper[0] <= 0.05 + 1e-9
+
+    def test_the_margin_keeps_the_bound_on_answers_the_fit_never_saw(self) -> None:
+        # Fit on one sample, count on a large fresh one from the same distribution: on the
+        # point estimate state's wrong share exceeds the bound about half the time (the
+        # chosen band is the one whose sample happened to look cleanest); at BOUND_Z it is
+        # much rarer (measured: 17 and 9 of 20).
+        fresh_p, fresh_y = synthetic(20000, seed=99, near=False)
+        over = {0.0: 0, BOUND_Z: 0}
+        for seed in range(20):
+            p, y = synthetic(600, seed=seed, near=False)
+            for z in over:
+                band = fit_bands(p, y, [0.5], 0.05, 0.85, z=z)[0.5]
+                over[z] += figures(fresh_p, fresh_y, band, 0.85).wrong_share > 0.05
+        assert over[0.0] >= 12
+        assert over[BOUND_Z] <= over[0.0] - 6
 
 
 class TestTheVeto:
@@ -402,6 +441,31 @@ class TestCalibrateCommand:
             "grounding_accept_long",
             "grounding_review_long",
         }
+
+    @pytest.mark.parametrize(
+        ("options", "band_bound", "fit_bound"),
+        [
+            ((), 0.015, 0.05),  # always right: only geometry's accepts can be wrong
+            (("--judge-accuracy", "0.85"), 0.05, 0.05),  # a third of its 15%
+            (("--judge-accuracy", "0.7"), 0.1, 0.05),
+            (("--max-accept-error", "0.03"), 0.03, 0.03),  # a bound given holds for both
+        ],
+    )
+    def test_the_band_bound_defaults_to_a_third_of_the_judges_error(
+        self, tmp_path, hashed, options, band_bound, fit_bound
+    ) -> None:
+        out = tmp_path / "p.toml"
+        args = ["calibrate", str(LABELLED), "--out", str(out), "--judge-share", "0.4", *options]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        policy = tomllib.loads(out.read_text())
+        band = policy["routes"]["default"]["calibration"]
+        assert band["max_accept_error"] == pytest.approx(band_bound)
+        assert band["max_accept_error_long"] == pytest.approx(band_bound)
+        assert band["bound_z"] == BOUND_Z
+        assert policy["calibration"]["max_accept_error"] == pytest.approx(fit_bound)
+        assert f"at most {band_bound:.1%} of state wrong" in result.output
+        assert f"at {BOUND_Z:g} standard errors" in result.output
 
     def test_without_judge_share_the_policy_is_as_before(self, tmp_path, hashed) -> None:
         plain, banded = tmp_path / "plain.toml", tmp_path / "banded.toml"

@@ -248,9 +248,9 @@ def judge_throughput(
 @click.option(
     "--max-accept-error",
     type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
-    default=0.05,
-    show_default=True,
-    help="The bound the bands are fitted within: largest share of state wrong.",
+    default=None,
+    help="The bound the bands are fitted within: largest share of state wrong (default as"
+    " calibrate's: a third of the judge's error rate, at least 0.015).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Records per file.")
 @click.option(
@@ -305,7 +305,7 @@ def judge(
     data: tuple[Path, ...],
     judge_accuracy: float,
     judge_share: float,
-    max_accept_error: float,
+    max_accept_error: float | None,
     limit: int | None,
     backend: str,
     policy: Path | None,
@@ -321,13 +321,16 @@ def judge(
     """The judge on labelled DATA with a scripted judge: the judge-share frontier, tokens
     with and without context windows (goal <= 0.60x), cache hits on a resubmitted run; with
     --kafka, a route budget across two judge workers (goal: none over it in any 60 s)."""
+    from pipeline.fit.judge_share import default_band_error
     from workers.bench import judge as jd
 
     opts = jd.Options(
         data,
         accuracy=judge_accuracy,
         share=judge_share,
-        max_error=max_accept_error,
+        max_error=default_band_error(judge_accuracy)
+        if max_accept_error is None
+        else max_accept_error,
         limit=limit,
         backend=backend,
         policy=policy,

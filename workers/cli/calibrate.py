@@ -12,6 +12,9 @@ import click
 from pipeline.errors import PolicyError
 from workers.cli.base import load_settings, reader_option, reader_weights, run_kafka, use_reader
 
+DEFAULT_MAX_ACCEPT_ERROR = 0.05
+"""`--max-accept-error` when none is given (a band's own default: `default_band_error`)."""
+
 if TYPE_CHECKING:
     from pipeline.fit.judge_share import JudgeShare
 
@@ -58,9 +61,10 @@ if TYPE_CHECKING:
 @click.option(
     "--max-accept-error",
     type=float,
-    default=0.05,
-    show_default=True,
-    help="Largest share of ungrounded answers among those auto-accepted.",
+    default=None,
+    help="Largest share of ungrounded answers among those auto-accepted (default 0.05);"
+    " with --judge-share, of state under the band (default: a third of the judge's error"
+    " rate, at least 0.015).",
 )
 @click.option(
     "--max-accept-error-long",
@@ -114,6 +118,9 @@ def calibrate(
     from workers.eval.calibration import calibrate as fit
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
+    band_error = max_accept_error  # None: the band's judge-aware default
+    if max_accept_error is None:
+        max_accept_error = DEFAULT_MAX_ACCEPT_ERROR
     for name, bound in (
         ("--max-accept-error", max_accept_error),
         ("--max-accept-error-long", max_accept_error_long),
@@ -136,7 +143,7 @@ def calibrate(
         _judge_share(judge_share, None)  # a bad share is refused before reading Kafka
         judge_accuracy = _judge_accuracy_from_decisions(route, since)
         from_decisions = False
-    band = _judge_share(judge_share, judge_accuracy)
+    band = _judge_share(judge_share, judge_accuracy, band_error is None)
     use_reader(reader)  # its P(supported) is fitted as the claim_reader feature
     if from_decisions:
         if max_accept_error_long is not None:
@@ -300,16 +307,22 @@ def _echo_frontier_without_reader(grounding: dict | None, route: str) -> None:
         _echo_frontier(route, record["without"]["judge_share"])
 
 
-def _judge_share(share: float | None, accuracy: float | None) -> JudgeShare | None:
-    """The judge share asked for, checked before minutes of encoding; None without one."""
+def _judge_share(
+    share: float | None, accuracy: float | None, default_bound: bool = False
+) -> JudgeShare | None:
+    """The judge share asked for, checked before minutes of encoding; None without one.
+    With `default_bound` (no --max-accept-error given) the band is held to the judge-aware
+    default (`default_band_error`), the rest of the fit to `DEFAULT_MAX_ACCEPT_ERROR`."""
     if share is None:
         if accuracy is not None:
             raise click.UsageError("--judge-accuracy needs --judge-share")
         return None
-    from pipeline.fit.judge_share import JudgeShare
+    from pipeline.fit.judge_share import JudgeShare, default_band_error
 
+    accuracy = 1.0 if accuracy is None else accuracy
     try:
-        return JudgeShare(share, 1.0 if accuracy is None else accuracy)
+        bound = default_band_error(accuracy) if default_bound else None
+        return JudgeShare(share, accuracy, bound)
     except PolicyError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.field) from None
 
@@ -328,6 +341,11 @@ def _echo_frontier(route: str, record: dict) -> None:
         f"judge share {record['judge_share']:.2f} on route {route}: a judge right"
         f" {record['judge_accuracy']:.0%} of the time, at most {record['max_accept_error']:.1%}"
         f" of state wrong ({record['max_accept_error_long']:.1%} long-form)"
+        + (
+            f" at {record['bound_z']:g} standard errors (Wilson upper bound)"
+            if record.get("bound_z")
+            else ""
+        )
     )
     for regime, cuts in record["band"].items():
         kind = "long-form" if regime == "long" else regime

@@ -319,6 +319,11 @@ def calibrate(
             max_accept_error,
             *(() if max_accept_error_long is None else (max_accept_error_long,)),
             *(() if judge_share is None else (judge_share.share, judge_share.accuracy)),
+            *(
+                ()
+                if judge_share is None or judge_share.max_error is None
+                else (judge_share.max_error,)
+            ),
             encoder.model_id,
             reference and file_sha256(reference),
             *(
