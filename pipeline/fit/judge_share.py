@@ -49,7 +49,7 @@ import numpy as np
 
 from pipeline.errors import PolicyError
 from pipeline.fit.grounding import REGIME_MIN, fold_probabilities, long_rows, probabilities
-from pipeline.fit.metrics import cut_below, separable
+from pipeline.fit.metrics import cut_below, separable, wilson_interval
 from pipeline.scores.grounding import GroundingModel
 from pipeline.thresholds import SCORE_EPSILON
 
@@ -274,13 +274,8 @@ def _positions(distinct: np.ndarray) -> np.ndarray:
 def wilson_upper(wrong: np.ndarray, n: np.ndarray, z: float) -> np.ndarray:
     """The Wilson score interval's upper end for `wrong` of `n` (expected counts may be
     fractional); 0 where n is 0 (an empty state is not wrong)."""
-    wrong, n = np.asarray(wrong, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    safe = np.where(n > 0, n, 1.0)
-    rate = np.clip(wrong / safe, 0.0, 1.0)
-    z2 = z * z
-    centre = rate + z2 / (2.0 * safe)
-    spread = z * np.sqrt(rate * (1.0 - rate) / safe + z2 / (4.0 * safe * safe))
-    return np.where(n > 0, (centre + spread) / (1.0 + z2 / safe), 0.0)
+    _, high = wilson_interval(wrong, n, z)
+    return np.where(np.asarray(n) > 0, high, 0.0)
 
 
 def fit_bands(

@@ -37,6 +37,7 @@ __all__ = [
     "reliability_bins",
     "roc_curve",
     "separable",
+    "wilson_interval",
     "youden_j",
     "youden_threshold",
 ]
@@ -134,6 +135,20 @@ def roc_curve(scores: ArrayLike, labels: LabelLike) -> tuple[np.ndarray, np.ndar
     fpr = np.r_[0.0, fp / n_neg]
     thresholds = np.r_[np.inf, s_desc[last]]
     return fpr, tpr, thresholds
+
+
+def wilson_interval(successes: ArrayLike, n: ArrayLike, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval (low, high) of `successes` of `n` at `z` standard errors,
+    elementwise; counts may be fractional (expected counts). Where n is 0 the interval is
+    NaN: the caller says what an empty sample means."""
+    k, n = np.asarray(successes, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    safe = np.where(n > 0, n, 1.0)
+    rate = np.clip(k / safe, 0.0, 1.0)
+    z2 = z * z
+    centre = (rate + z2 / (2.0 * safe)) / (1.0 + z2 / safe)
+    half = z * np.sqrt(rate * (1.0 - rate) / safe + z2 / (4.0 * safe * safe)) / (1.0 + z2 / safe)
+    empty = n <= 0
+    return np.where(empty, np.nan, centre - half), np.where(empty, np.nan, centre + half)
 
 
 def separable(distinct: np.ndarray, margin: float = SCORE_EPSILON) -> np.ndarray:

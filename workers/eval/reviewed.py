@@ -22,7 +22,6 @@ on; check them with `groundstream eval` on held-out data before shipping the pol
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
 from pipeline.fit.grounding import operating_point, regime_cuts
+from pipeline.fit.metrics import wilson_interval
 from pipeline.policy import load_policy
 from pipeline.scores.batch import measure_batch
 from pipeline.scores.grounding import LONG_FORM, GroundingModel, grounding_features
@@ -134,10 +134,8 @@ class JudgeAccuracy:
         """The Wilson score interval of the accuracy (95% by default)."""
         if not self.n:
             return 0.0, 1.0
-        p, n = self.agreed / self.n, self.n
-        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-        return max(0.0, centre - half), min(1.0, centre + half)
+        low, high = wilson_interval(self.agreed, self.n, z)
+        return max(0.0, float(low)), min(1.0, float(high))
 
     def render(self) -> str:
         if not self.n:
