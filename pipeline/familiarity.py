@@ -16,15 +16,20 @@ accepts. The cut is fitted so that a share of the calibration data itself (`FAMI
 95% or more) counts as familiar both out of fold and under the stored test itself (the
 stage reads a training answer exactly as the fit did; `pipeline.fit.familiarity`).
 
-What is stored is compact: the mean (768 numbers), `DIMENSIONS` components, their
-scales, the residual's scale and the cut, each rounded to `DIGITS` significant digits
-before the cut is fitted, so the policy holds exactly what the fit measured with.
+What is stored is compact and exact: the mean (768 numbers) and the `DIMENSIONS`
+components are float32, written as little-endian bytes in base64 (70 KB of the policy per
+test; one decimal a line took 250 KB), and their scales, the residual's scale and the cut
+are decimals at `DIGITS` significant digits. Each is rounded so before the cut is fitted,
+so the policy holds exactly what the fit measured with. A policy that lists the mean and
+components as numbers (written before 2026-12-04) is read as written.
 
 Pure numpy on vectors the caller computes; nothing here loads a model.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,8 +62,33 @@ def familiarity_vector(answer: np.ndarray, context: np.ndarray) -> np.ndarray:
 
 
 def rounded(values: np.ndarray) -> np.ndarray:
-    """`values` at `DIGITS` significant digits, as the policy stores them."""
+    """`values` at `DIGITS` significant digits, as the policy stores the scales and the
+    residual."""
     return np.array([float(f"{v:.{DIGITS}g}") for v in np.ravel(values)]).reshape(np.shape(values))
+
+
+def as_float32(values: np.ndarray) -> np.ndarray:
+    """`values` as float32 holds them, as the policy stores the mean and the components."""
+    return np.asarray(values, dtype=np.float32).astype(np.float64)
+
+
+def packed(values: np.ndarray) -> str:
+    """`values` (flattened) as little-endian float32 bytes in base64."""
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def unpacked(text: str, where: str) -> tuple[float, ...]:
+    """The numbers `packed` wrote; PolicyError naming `where` for anything else."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise PolicyError(where, text[:40], "base64 of little-endian float32") from None
+    if len(raw) % 4:
+        raise PolicyError(where, f"{len(raw)} bytes", "a whole number of float32 (4 bytes)")
+    values = np.frombuffer(raw, dtype="<f4").astype(np.float64)
+    if not np.isfinite(values).all():
+        raise PolicyError(where, "a non-finite number", "finite numbers")
+    return tuple(values.tolist())
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +169,8 @@ class Familiarity:
             "cut": self.cut,
             "residual": self.residual,
             "scales": list(self.scales),
-            "mean": list(self.mean),
-            "components": [list(c) for c in self.components],
+            "mean": packed(np.asarray(self.mean)),
+            "components": packed(np.asarray(self.components)),
         }
 
     @classmethod
@@ -165,12 +195,26 @@ class Familiarity:
                 raise PolicyError(f"{where}.{key}", None, "present")
 
         def numbers(value: object, name: str) -> tuple[float, ...]:
+            if isinstance(value, str):
+                return unpacked(value, f"{where}.{name}")
             if not isinstance(value, list) or not all(_is_number(v) for v in value):
                 raise PolicyError(f"{where}.{name}", value, "a list of finite numbers")
             return tuple(float(v) for v in value)
 
+        mean = numbers(data["mean"], "mean")
+        scales = numbers(data["scales"], "scales")
         rows = data["components"]
-        if not isinstance(rows, list):
+        if isinstance(rows, str):  # packed: rows as long as the mean, one after another
+            flat = unpacked(rows, f"{where}.components")
+            d = len(mean)
+            if d == 0 or not flat or len(flat) % d:
+                raise PolicyError(
+                    f"{where}.components", f"{len(flat)} numbers", f"rows of {d} (the mean's)"
+                )
+            components = tuple(flat[i : i + d] for i in range(0, len(flat), d))
+        elif isinstance(rows, list):
+            components = tuple(numbers(row, "components") for row in rows)
+        else:
             raise PolicyError(f"{where}.components", rows, "a list of lists of numbers")
         scalars = {}
         for key, default in (
@@ -188,9 +232,9 @@ class Familiarity:
         if isinstance(n, bool) or not isinstance(n, int):
             raise PolicyError(f"{where}.n", n, "a count")
         return cls(
-            numbers(data["mean"], "mean"),
-            tuple(numbers(row, "components") for row in rows),
-            numbers(data["scales"], "scales"),
+            mean,
+            components,
+            scales,
             scalars["residual"],
             scalars["cut"],
             scalars["share"],

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.errors import ScoringError
-from pipeline.familiarity import DIMENSIONS, FAMILIAR_SHARE, Familiarity, rounded
+from pipeline.familiarity import DIMENSIONS, FAMILIAR_SHARE, Familiarity, as_float32, rounded
 from pipeline.fit.metrics import cut_below, separable
 from pipeline.thresholds import SCORE_EPSILON
 
@@ -51,10 +51,10 @@ def _fit_test(x: np.ndarray, dimensions: int, cut: float = 1.0) -> Familiarity:
         raise ScoringError(
             f"familiarity needs more than {dimensions} rows to fit {dimensions} components"
         )
-    mean = rounded(x.mean(axis=0))
+    mean = as_float32(x.mean(axis=0))
     z = x - mean
     _, _, vt = np.linalg.svd(z, full_matrices=False)
-    components = rounded(vt[:dimensions])
+    components = as_float32(vt[:dimensions])
     projected = z @ components.T
     scales = rounded(np.maximum(projected.std(axis=0), 1e-9))
     off = np.maximum((z * z).sum(axis=1) - (projected * projected).sum(axis=1), 0.0)

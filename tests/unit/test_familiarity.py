@@ -11,7 +11,7 @@ import pytest
 import tomli_w
 
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.familiarity import DIGITS, Familiarity, familiarity_vector, rounded
+from pipeline.familiarity import DIGITS, Familiarity, familiarity_vector, packed, rounded
 from pipeline.fit.familiarity import fit_familiarity, out_of_fold_distances
 from pipeline.fit.grounding import fit_grounding
 from pipeline.policy import parse_policy
@@ -92,7 +92,9 @@ class TestFit:
 
     def test_stored_numbers_are_rounded_as_the_policy_keeps_them(self) -> None:
         test = fitted()[0]
-        for value in (*test.mean, *test.components[0], *test.scales, test.residual):
+        for value in (*test.mean, *test.components[0]):
+            assert value == float(np.float32(value))  # float32, packed exactly
+        for value in (*test.scales, test.residual):
             assert value == float(f"{value:.{DIGITS}g}")
         assert rounded(np.array([1.23456789])).tolist() == [1.23457]
 
@@ -144,6 +146,38 @@ class TestPolicy:
             policy.grounding.familiarity.distances(x).tolist()
             == model.familiarity.distances(x).tolist()  # type: ignore[union-attr]
         )
+
+    def test_the_mean_and_components_are_packed_float32(self) -> None:
+        test = fitted()[0]
+        table = test.to_dict()
+        assert isinstance(table["mean"], str) and isinstance(table["components"], str)
+        numbers = len(test.mean) * (1 + len(test.components))
+        text = tomli_w.dumps(table)
+        assert len(text) < numbers * 4 * 4 / 3 + 2_000  # base64 of 4 bytes a number
+        assert Familiarity.from_mapping(table, "grounding.familiarity") == test
+
+    def test_a_policy_that_lists_the_numbers_is_read_as_written(self) -> None:
+        test = fitted()[0]
+        listed = {
+            **test.to_dict(),
+            "mean": [v + 1e-9 for v in test.mean],  # a decimal float32 cannot hold
+            "components": [list(c) for c in test.components],
+        }
+        read = Familiarity.from_mapping(listed, "grounding.familiarity")
+        assert read.mean == tuple(v + 1e-9 for v in test.mean)
+        assert read.components == test.components
+
+    def test_bad_packed_numbers_name_the_field(self) -> None:
+        table = fitted()[0].to_dict()
+        where = "grounding.familiarity"
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.mean.*base64"):
+            Familiarity.from_mapping({**table, "mean": "not base64!"}, where)
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.components.*rows of"):
+            Familiarity.from_mapping({**table, "components": packed(np.ones(7))}, where)
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.mean.*finite"):
+            Familiarity.from_mapping({**table, "mean": packed(np.array([np.nan] * 4))}, where)
+        with pytest.raises(PolicyError, match=r"grounding\.familiarity\.mean.*float32"):
+            Familiarity.from_mapping({**table, "mean": "AAAA"}, where)
 
     def test_a_policy_without_one_trusts_every_topic(self) -> None:
         table = self.model().to_dict()
