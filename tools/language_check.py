@@ -2,16 +2,25 @@
 data it tells as another language (none may be), and how many hand-written sentences in six
 other languages it tells.
 
-    python tools/language_check.py
+    python tools/language_check.py [--candidates foreign.jsonl]
+    groundstream verify foreign.jsonl --out foreign-decisions.jsonl
 
 English: every HaluEval QA right and hallucinated answer, question and knowledge; RAGTruth's
 and BEGIN's answers, questions and contexts; the first 600 FaithDial, SummEdits and WiCE
 claims and premises (`../shared/data`). Foreign: the sentences below, written for this check
 (German, French, Spanish, Italian, Dutch, Portuguese; short and long).
+
+`--candidates` also writes candidates made of them for the end-to-end check (none may reach
+`state` under any policy whose routes accept English only): for each sentence, the
+sentence as the answer to a context of its language's sentences (copied, so geometry alone
+would like it), the same answer to an English context, an English answer to the foreign
+context, and a name ("Canberra.", which has no language) as the answer to the foreign
+context.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from pathlib import Path
@@ -119,7 +128,50 @@ def english_texts() -> list[tuple[str, str]]:
     return out
 
 
+ENGLISH_CONTEXT = (
+    "The capital of Australia is Canberra. The treaty was signed in 1987. Deleted files can"
+    " be restored for ninety days, after which they are purged."
+)
+ENGLISH_ANSWER = "According to the source, nobody was hurt and the capital is Canberra."
+
+
+def foreign_candidates() -> list[dict[str, object]]:
+    """Candidates in the sentences' languages, each of which a guard must keep from `state`."""
+    out: list[dict[str, object]] = []
+    for lang, sentences in FOREIGN.items():
+        context = " ".join(sentences)
+        question = next((s for s in sentences if s.endswith("?")), sentences[0])
+        for i, sentence in enumerate(sentences):
+            for kind, ctx, answer in (
+                ("copied", context, sentence),
+                ("english-context", ENGLISH_CONTEXT, sentence),
+                ("english-answer", context, ENGLISH_ANSWER),
+                ("name", context, "Canberra."),
+            ):
+                if kind in ("english-answer", "name") and i:
+                    continue  # one a language
+                out.append(
+                    {
+                        "id": f"{lang}-{kind}-{i:02d}",
+                        "session_id": f"{lang}-{kind}-{i:02d}",
+                        "turn": 1,
+                        "initiator": "user",
+                        "question": question,
+                        "context": ctx,
+                        "response": answer,
+                    }
+                )
+    return out
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--candidates", type=Path, help="also write the foreign candidates here")
+    args = parser.parse_args()
+    if args.candidates is not None:
+        rows = foreign_candidates()
+        args.candidates.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        print(f"{len(rows)} foreign candidates written to {args.candidates}")
     texts = english_texts()
     told_other = [(where, t[:60]) for where, t in texts if detect(t).language not in (None, "en")]
     right = [t for where, t in texts if where == "halueval.right_answer"]
