@@ -23,7 +23,9 @@ Steps, each measured with the default encoder and claim head, as `calibrate` mea
    calibration data as a file of their own ("reviewed answers"), the model, cuts and
    familiarity test are refitted on the union (the new domain joins the familiarity set),
    and the rest of the held-out set is decided; and so by a model fitted on the reviewed
-   pairs alone (a route of their own, as `calibrate --from-decisions --route` fits one).
+   pairs alone (a route of their own, as `calibrate --from-decisions --route` fits one),
+   and as `--from-decisions` writes that model: accepting nothing where its
+   cross-validation breaks the bound beyond doubt (`pipeline.fit.grounding.bound_broken`).
 
 No LLM: "state" here is what the switch accepts. Deterministic.
 """
@@ -44,6 +46,7 @@ from pipeline.familiarity import FAMILIAR_SHARE
 from pipeline.fit.claim_sets import CLAIM_SETS, SUPPORTED_LABELS, UNSUPPORTED_LABELS
 from pipeline.fit.grounding import (
     accepted_by,
+    bound_broken,
     fit_grounding,
     long_rows,
     probabilities,
@@ -237,8 +240,15 @@ def main() -> None:
         print(f"    before, with the guards: {figures(before[1], rest['y'])}")
         print(f"    after, without the guards: {figures(after[0], rest['y'])}")
         print(f"    after, with the guards:    {figures(after[1], rest['y'])}")
-        own = decide(fit(reviewed, args.share, args.max_accept_error), rest)
+        alone = fit(reviewed, args.share, args.max_accept_error)
+        own = decide(alone, rest)
         print(f"    a route of its own, on the reviewed pairs alone: {figures(own[1], rest['y'])}")
+        # what `calibrate --from-decisions` writes: nothing accepted where the refit's
+        # cross-validation breaks the bound beyond doubt
+        broken = bound_broken(alone.model.metrics, f"{name}_reviewed", args.max_accept_error)
+        if broken:
+            kept = decide(alone.accepting_nothing(), rest)
+            print(f"      as --from-decisions writes it: {figures(kept[1], rest['y'])} ({broken})")
 
 
 if __name__ == "__main__":

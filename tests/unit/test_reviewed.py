@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 
 import orjson
@@ -10,11 +12,14 @@ import pytest
 
 from pipeline.errors import ScoringError
 from pipeline.fit.claims_data import reviewed_examples
+from pipeline.fit.grounding import bound_broken
 from pipeline.records import make_record
 from pipeline.scores.grounding import FEATURES, GroundingModel
 from pipeline.thresholds import Thresholds
 from tests.fixtures.fakes import HashEncoder
+from workers.eval.calibration import Example
 from workers.eval.reviewed import (
+    GROUP,
     MIN_LABELS_FOR_CUTS,
     human_verdicts,
     labelled_candidates,
@@ -169,3 +174,60 @@ def test_too_few_verdicts_refit_nothing() -> None:
             max_accept_error=0.1,
             encoder=HashEncoder(dim=16),
         )
+
+
+class TestBoundBroken:
+    """A refitted model whose cross-validated accepts break the bound accepts nothing."""
+
+    def test_a_bound_broken_beyond_doubt_is_named(self) -> None:
+        metrics = {"g.cv_accepted": 12.0, "g.cv_accept_error": 0.5}
+        reason = bound_broken(metrics, "g", 0.05)
+        assert reason.startswith("cross-validated, 50.0% of its 12 accepts were wrong")
+        assert "above the bound 5.0%" in reason
+
+    def test_noise_about_the_bound_is_not_a_broken_bound(self) -> None:
+        # calibrate's own HaluEval QA fit: 6.0% of 381 out-of-fold accepts wrong at 5%
+        assert bound_broken({"g.cv_accepted": 381.0, "g.cv_accept_error": 0.06}, "g", 0.05) == ""
+        assert bound_broken({"g.cv_accepted": 5.0, "g.cv_accept_error": 0.2}, "g", 0.05) == ""
+        assert bound_broken({"g.cv_accepted": 0.0, "g.cv_accept_error": 0.0}, "g", 0.05) == ""
+        assert bound_broken({}, "g", 0.05) == ""
+
+    def test_labels_the_features_cannot_see_are_not_learnt(self) -> None:
+        # 200 verdicts whose labels have nothing to do with the answers: in sample a cut
+        # holds the bound, out of fold most of its few accepts are wrong.
+        rng = random.Random(0)
+        words = [f"w{i}" for i in range(300)]
+        examples = []
+        for i in range(200):
+            source = [*rng.sample(words, 30), str(rng.randint(1, 99)), f"Name{rng.randint(1, 9)}"]
+            answer = rng.sample(source, rng.randint(2, 12)) + rng.sample(words, rng.randint(0, 4))
+            answer += [str(rng.randint(1, 99))] if rng.random() < 0.3 else []
+            answer += [f"Name{rng.randint(1, 9)}"] if rng.random() < 0.3 else []
+            examples.append(
+                Example(
+                    GROUP,
+                    f"q{i}?",
+                    (" ".join(source) + ".",),
+                    " ".join(answer) + ".",
+                    rng.random() < 0.5,
+                )
+            )
+        result = refit(
+            examples,
+            Thresholds(grounding_accept=0.9, grounding_review=0.5),
+            coverage_model(),
+            route="new",
+            max_accept_error=0.05,
+            encoder=HashEncoder(dim=16),
+        )
+        assert result.model_refitted and result.cross_validated is not None
+        metrics = result.sections["grounding"]["metrics"]
+        assert metrics[f"{GROUP}.accept_rate_grounded"] > 0.0  # in sample it would accept
+        assert metrics[f"{GROUP}.accept_error"] <= 0.05
+        assert result.cross_validated[1] > 0.05
+        assert result.accepts_nothing.startswith("cross-validated, ")
+        assert result.cuts_after[0] == math.inf and result.after == (0.0, 0.0)
+        cuts = result.sections["thresholds"]
+        assert cuts["grounding_accept"] == cuts["grounding_accept_long"] == math.inf
+        text = result.render()
+        assert "cross-validated: " in text and "the refitted model accepts nothing: " in text

@@ -17,7 +17,10 @@ a judge that accurate.
 
 Reviewed answers are the uncertain middle, not a sample of all traffic: cuts refitted on
 them alone describe that middle. The figures are in-sample on the labels they were fitted
-on; check them with `groundstream eval` on held-out data before shipping the policy.
+on; check them with `groundstream eval` on held-out data before shipping the policy. A
+refitted model's cross-validated figures are printed too, and a model whose cross-validated
+accepts break the bound beyond doubt (`pipeline.fit.grounding.bound_broken`) is written
+accepting nothing: its route's answers keep going to the judge or to people.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pipeline.chunks import context_chunks
 from pipeline.defaults import default_claim_head, default_claim_reader
 from pipeline.domain import task_of
 from pipeline.errors import ScoringError
-from pipeline.fit.grounding import operating_point, regime_cuts
+from pipeline.fit.grounding import bound_broken, operating_point, regime_cuts
 from pipeline.fit.metrics import wilson_interval
 from pipeline.policy import load_policy
 from pipeline.scores.batch import measure_batch
@@ -228,6 +231,11 @@ class Refit:
     before: tuple[float, float]
     after: tuple[float, float]
     sections: Mapping[str, Any]
+    cross_validated: tuple[float, float] | None = None
+    """A refitted model's (share of accepted verdicts auto-accepted, share of those
+    rejected), out of fold; None when only the cuts were refitted."""
+    accepts_nothing: str = ""
+    """Why the refitted model was written accepting nothing ("" when it was not)."""
 
     def render(self) -> str:
         def cut(value: float) -> str:
@@ -243,17 +251,23 @@ class Refit:
             else f" (the model needs {MIN_LABELS_FOR_MODEL} verdicts,"
             f" {MIN_PER_LABEL_FOR_MODEL} of each kind)"
         )
-        return "\n".join(
-            [
-                f"route {self.route or '(policy default)'}: {self.n} verdicts "
-                f"({self.n_accepted} accept, {self.n - self.n_accepted} reject); "
-                f"refitted {what}{note}",
-                f"accept cut {cut(self.cuts_before[0])} -> {cut(self.cuts_after[0])}, "
-                f"review cut {cut(self.cuts_before[1])} -> {cut(self.cuts_after[1])}",
-                f"before: {point(self.before)}",
-                f"after:  {point(self.after)}",
-            ]
-        )
+        lines = [
+            f"route {self.route or '(policy default)'}: {self.n} verdicts "
+            f"({self.n_accepted} accept, {self.n - self.n_accepted} reject); "
+            f"refitted {what}{note}",
+            f"accept cut {cut(self.cuts_before[0])} -> {cut(self.cuts_after[0])}, "
+            f"review cut {cut(self.cuts_before[1])} -> {cut(self.cuts_after[1])}",
+            f"before: {point(self.before)}",
+            f"after:  {point(self.after)}",
+        ]
+        if self.cross_validated is not None:
+            lines.append(f"cross-validated: {point(self.cross_validated)}")
+        if self.accepts_nothing:
+            lines.append(
+                f"the refitted model accepts nothing: {self.accepts_nothing}; the route's"
+                " answers go on to the judge or to people until more verdicts are in"
+            )
+        return "\n".join(lines)
 
 
 def refit(
@@ -296,11 +310,20 @@ def refit(
         )
         if grounding is None:  # every example has a context, so there is a model
             raise ScoringError("no grounding model was fitted on the verdicts")
+        metrics = grounding.model.metrics
+        cross_validated = (
+            metrics.get(f"{GROUP}.cv_accept_rate_grounded", 0.0),
+            metrics.get(f"{GROUP}.cv_accept_error", 0.0),
+        )
+        withheld = bound_broken(metrics, GROUP, max_accept_error)
+        if withheld:
+            grounding = grounding.accepting_nothing()
         sections = fitted_sections(fit, grounding)
         sections["thresholds"] = grounding_cut_table(*grounding.pairs)
         p_after = np.array([grounding.model.probability(row) for row in rows])
         after = Thresholds(**(thresholds.to_dict() | sections["thresholds"]))
     else:
+        cross_validated, withheld = None, ""
         short, long_cuts = regime_cuts(p_before, y, long, max_accept_error)
         cuts = grounding_cut_table(short[:2], long_cuts[:2])
         sections = {"thresholds": cuts}
@@ -316,6 +339,8 @@ def refit(
         before=operating_point(p_before, y, _accept_cut_per_row(thresholds, long)),
         after=operating_point(p_after, y, _accept_cut_per_row(after, long)),
         sections=sections,
+        cross_validated=cross_validated,
+        accepts_nothing=withheld,
     )
 
 
@@ -440,6 +465,15 @@ async def calibrate_from_decisions(
         "accept_error_before": result.before[1],
         "accept_rate_after": result.after[0],
         "accept_error_after": result.after[1],
+        **(
+            {}
+            if result.cross_validated is None
+            else {
+                "cv_accept_rate": result.cross_validated[0],
+                "cv_accept_error": result.cross_validated[1],
+            }
+        ),
+        **({"accepts_nothing": result.accepts_nothing} if result.accepts_nothing else {}),
         "seconds": round(time.time() - started, 1),
     }
     write_fit(out, route, dict(result.sections), provenance)
