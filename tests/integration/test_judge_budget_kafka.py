@@ -37,7 +37,7 @@ from topics.admin import create_topics
 from topics.names import TERMINAL, Topic
 from topics.schema import Envelope, candidate_from_dict
 from workers.runtime.loop import StageLoop
-from workers.runtime.runner import build_loop
+from workers.runtime.runner import build_loop, instance_settings, until_ready
 from workers.runtime.settings import Settings
 
 from .conftest import consume_all, produce
@@ -110,19 +110,13 @@ class Ladder:
     async def start(self, *names: str) -> None:
         for name in names:
             stage, _, instance = name.partition("@")
-            loop = build_loop(stage, _settings(self.settings, instance or "x"))
+            mine = instance_settings(self.settings, instance or "x", partitions=PARTITIONS)
+            loop = build_loop(stage, mine)
             if self.window is not None and stage == "judge":
                 loop.stage.gate.window = self.window  # type: ignore[attr-defined]
             self.loops[name] = loop
             self.tasks[name] = asyncio.create_task(loop.run())
-        judges = [loop for n, loop in self.loops.items() if n.startswith("judge@")]
-        for _ in range(1200):
-            held = [loop.store.partitions for loop in judges if loop.store is not None]
-            every = all(loop.ready for loop in self.loops.values())
-            if every and all(held) and sum(len(h) for h in held) == PARTITIONS:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"not ready: { {n: lp.ready for n, lp in self.loops.items()} }")
+        await until_ready(self.loops, PARTITIONS, tasks=self.tasks, seconds=120.0)
 
     async def stop(self, *names: str) -> None:
         for name in names or list(self.tasks):
@@ -130,21 +124,6 @@ class Ladder:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await self.loops.pop(name).stage.close()
-
-
-def _settings(base: Settings, instance: str) -> Settings:
-    return Settings.from_env(
-        {},
-        bootstrap_servers=base.bootstrap_servers,
-        topic_prefix=base.topic_prefix,
-        partitions=PARTITIONS,
-        batch_within=0.02,
-        data_dir=base.data_dir,
-        policy=base.policy,
-        judge_url=base.judge_url,
-        judge_model=base.judge_model,
-        instance_id=instance,
-    )
 
 
 @contextlib.asynccontextmanager

@@ -585,37 +585,23 @@ async def _decisions(settings: Any, ids: set[str], timeout: float) -> list[dict[
 
 
 async def _start_loops(settings: Any, partitions: int) -> dict[str, tuple[Any, asyncio.Task]]:
-    from workers.runtime.runner import build_loop
-    from workers.runtime.settings import Settings
+    from workers.runtime.runner import NotReady, build_loop, instance_settings, until_ready
 
     loops: dict[str, tuple[Any, asyncio.Task]] = {}
     for name in ("judge@j1", "judge@j2", "rules", "terminal"):
         stage, _, instance = name.partition("@")
-        mine = Settings.from_env(
-            {},
-            bootstrap_servers=settings.bootstrap_servers,
-            topic_prefix=settings.topic_prefix,
-            partitions=partitions,
-            batch_within=0.02,
-            data_dir=settings.data_dir,
-            policy=settings.policy,
-            judge_url=settings.judge_url,
-            judge_model=settings.judge_model,
-            instance_id=instance or "bench",
-        )
+        mine = instance_settings(settings, instance or "bench", partitions=partitions)
         loop = build_loop(stage, mine)
         loops[name] = (loop, asyncio.create_task(loop.run()))
-    judges = [loop for n, (loop, _) in loops.items() if n.startswith("judge@")]
-    for _ in range(1800):
-        for n, (_, task) in loops.items():
-            if task.done():
-                raise BenchError(f"worker {n} stopped: {task.exception()!r}")
-        held = [loop.store.partitions for loop in judges if loop.store is not None]
-        ready = all(loop.ready for loop, _ in loops.values())
-        if ready and all(held) and sum(map(len, held)) == partitions:
-            return loops
-        await asyncio.sleep(0.1)
-    raise BenchError("the judge workers never held every partition")
+    try:
+        await until_ready(
+            {n: loop for n, (loop, _) in loops.items()},
+            partitions,
+            tasks={n: task for n, (_, task) in loops.items()},
+        )
+    except NotReady as exc:
+        raise BenchError(str(exc)) from None
+    return loops
 
 
 async def _stop_loops(loops: Mapping[str, tuple[Any, asyncio.Task]]) -> None:

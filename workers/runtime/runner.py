@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -96,6 +96,55 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
     )
     loop.on_ready = lambda held: announce_ready(settings, name, loop.group_id, held)
     return loop
+
+
+def instance_settings(
+    base: Settings, instance: str, *, partitions: int, batch_within: float = 0.02
+) -> Settings:
+    """`base`'s broker, topics, data directory, policy and judge, for one more worker
+    instance `instance` run in this process (the judge bench and the fault tests run a
+    ladder of loops, two judge instances in one group among them, in one process)."""
+    return Settings.from_env(
+        {},
+        bootstrap_servers=base.bootstrap_servers,
+        topic_prefix=base.topic_prefix,
+        partitions=partitions,
+        batch_within=batch_within,
+        data_dir=base.data_dir,
+        policy=base.policy,
+        judge_url=base.judge_url,
+        judge_model=base.judge_model,
+        instance_id=instance,
+    )
+
+
+class NotReady(GroundstreamError, RuntimeError):
+    """Loops run in this process did not all come up (one stopped, or time ran out)."""
+
+
+async def until_ready(
+    loops: Mapping[str, StageLoop],
+    partitions: int,
+    *,
+    tasks: Mapping[str, asyncio.Task[None]] | None = None,
+    seconds: float = 180.0,
+) -> None:
+    """Wait until every loop in `loops` (named `stage` or `stage@instance`) is ready and
+    the `judge@…` loops among them hold all `partitions` between them, so that what is
+    produced next is read at once. NotReady names a loop whose task (`tasks`) stopped, or
+    the loops not ready when `seconds` ran out."""
+    judges = [loop for name, loop in loops.items() if name.startswith("judge@")]
+    for _ in range(max(int(seconds / 0.1), 1)):
+        for name, task in (tasks or {}).items():
+            if task.done():
+                raise NotReady(f"worker {name} stopped: {task.exception()!r}")
+        held = [loop.store.partitions for loop in judges if loop.store is not None]
+        every = all(loop.ready for loop in loops.values()) and all(held)
+        if every and (not judges or sum(map(len, held)) == partitions):
+            return
+        await asyncio.sleep(0.1)
+    waiting = sorted(name for name, loop in loops.items() if not loop.ready)
+    raise NotReady(f"not ready after {seconds:.0f} s: {', '.join(waiting) or 'the judges'}")
 
 
 def run_stage(name: str, settings: Settings) -> None:
