@@ -17,6 +17,7 @@ GroundstreamError
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
  ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
+ ├── NotReady (RuntimeError)             workers.runtime.runner: in-process loops never came up
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
  ├── RetriesExhausted (RuntimeError) ↻   workers.runtime.loop: no progress past patience; exit
  │    └── BrokerUnavailable ↻            the broker the cause: gone; exit uncommitted

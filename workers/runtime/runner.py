@@ -119,7 +119,8 @@ def instance_settings(
 
 
 class NotReady(GroundstreamError, RuntimeError):
-    """Loops run in this process did not all come up (one stopped, or time ran out)."""
+    """Loops run in this process (bench judge, the fault tests) did not all come up: one
+    stopped, or time ran out. The bench says it as a BenchError."""
 
 
 async def until_ready(
