@@ -217,3 +217,18 @@ def load_encoder(
 
 def default_encoder() -> SentenceEncoder:
     return load_encoder(None)
+
+
+class OnFirstUse:
+    """`load_encoder(model_path, backend)`, built when first used rather than when made.
+
+    A one-shot command hands this to work that reads and checks its input first (a data
+    file, the decisions on Kafka), so a user's mistake there is reported before the model
+    is loaded, and with it torch, whose first run on a machine can say things of its own.
+    Every attribute is the loaded encoder's (`load_encoder` builds it once per process)."""
+
+    def __init__(self, model_path: str | None = None, backend: str = "torch") -> None:
+        self._args = (model_path, backend)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(load_encoder(*self._args), name)

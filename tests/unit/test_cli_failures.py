@@ -25,6 +25,16 @@ from workers.runtime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "127.0.0.1:1"
+FIRST_RUN = ROOT / "tests" / "fixtures" / "first_run"
+NOISY = (
+    "matplotlib",
+    *("torch", "sentence_transformers", "transformers", "huggingface_hub"),
+    *("onnxruntime", "onnx", "playwright"),
+)
+"""Libraries that may say something the first time they run on a machine (matplotlib's
+font cache, model caches): each command here runs as on that first run, every import of
+one announced on stderr (tests/fixtures/first_run), so a command that imports one before
+it has checked its input gains a second line, on every machine."""
 
 # Commands that reach the broker, with the arguments that get them there.
 BROKER: dict[str, list[str]] = {
@@ -49,7 +59,7 @@ BROKER: dict[str, list[str]] = {
 
 # Commands that read a file, each given a malformed one.
 MALFORMED: dict[str, list[str]] = {
-    "eval": ["eval", "{bad}"],
+    "eval": ["eval", "{bad}", "--report", "{tmp}/report"],
     "determinism": ["determinism", "{bad}", "--backends", "onnx", "--batch-sizes", "1"],
     "calibrate": ["calibrate", "{bad}", "--out", "{tmp}/fitted.toml"],
     "train": ["train", "--ragtruth", "{bad}", "--begin", "{bad}", "--out", "{tmp}/head"],
@@ -106,7 +116,8 @@ def runs(
     env |= {
         "GROUNDSTREAM_BOOTSTRAP_SERVERS": NOWHERE,
         "GROUNDSTREAM_DATA_DIR": str(tmp / "data"),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join((str(FIRST_RUN), str(ROOT))),
+        "GS_TEST_FIRST_RUN": ",".join(NOISY),
     }
     # wait-ready's stage is up (this process announces it): only the broker is missing.
     announce_ready(Settings(data_dir=str(tmp / "data")), "rules", "g", [0], err=io.StringIO())
@@ -148,3 +159,33 @@ def test_an_unreachable_broker_is_one_line_naming_the_setting(runs, name: str) -
 def test_a_malformed_file_is_one_line_naming_it(runs, name: str) -> None:
     line = one_line(runs["malformed", name])
     assert "bad.jsonl" in line or "model.safetensors" in line or "not a JSON line" in line, line
+
+
+def test_a_first_run_notice_logged_by_a_library_stays_off_a_working_command(
+    tmp_path: Path,
+) -> None:
+    """matplotlib logs "building the font cache" as a warning on a new machine; a command
+    that works prints its own line and nothing of the library's first run."""
+    result = tmp_path / "bench.jsonl"
+    result.write_text(
+        '{"bench": "switch", "goal": 1.0, "figure": 2.0, "lower_is_better": false,'
+        ' "unit": "x", "peaks": {}}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+    env |= {
+        "PYTHONPATH": os.pathsep.join((str(FIRST_RUN), str(ROOT))),
+        "GS_TEST_FIRST_RUN": "matplotlib.font_manager:log",
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+    }
+    argv = ["bench", "plot", str(result), "--out", str(tmp_path / "plot.png")]
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "workers.cli", *extra, *argv],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    done = run()
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines() == [f"wrote {tmp_path / 'plot.png'}"]
+    # The notice is really raised, and shown to whoever asks for the library's chatter.
+    loud = run("--log-level", "info")
+    assert "matplotlib.font_manager: building the first-run cache" in loud.stderr

@@ -694,7 +694,7 @@ async def on_kafka(opts: Options, scored: Scored, max_context_tokens: int) -> di
 
 def run(opts: Options) -> Result:
     from pipeline.defaults import default_policy
-    from pipeline.encoder import load_encoder
+    from pipeline.encoder import OnFirstUse
     from pipeline.policy import load_policy
 
     if not opts.data:
@@ -712,7 +712,7 @@ def run(opts: Options) -> Result:
         policy = replace(policy, judge=judge)
     if opts.kafka_only:
         return _kafka_only(opts, policy.judge.max_context_tokens)
-    encoder = load_encoder(policy.encoder_model, opts.backend)
+    encoder = OnFirstUse(policy.encoder_model, opts.backend)  # after DATA is read
     t0 = time.perf_counter()
     files = [score_file(path, policy, encoder, opts.limit) for path in opts.data]
     scored_s = time.perf_counter() - t0

@@ -27,12 +27,14 @@ def latest(paths: list[Path]) -> dict[str, dict]:
 
 
 def plot_results(paths: list[Path], out: Path) -> None:
+    # The files first: a malformed one is the user's error, one line, before matplotlib's
+    # import can say anything of its own (its first run builds a font cache, and says so).
+    results = latest(paths)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results = latest(paths)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = sorted(results)
     # Figure over goal: >= 1 meets it (latency's goal is a ceiling, so goal over figure).

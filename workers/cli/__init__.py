@@ -42,11 +42,14 @@ __all__ = ["main"]
 )
 def main(log_level: str | None) -> None:
     """groundstream: keep bad LLM answers out of agent and RAG state."""
+    level = (log_level or "warning").upper()
     logging.basicConfig(
-        level=(log_level or "warning").upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
     )
+    if logging.getLevelName(level) > logging.INFO:
+        # A library's first run on a machine is not the user's business: matplotlib logs
+        # "building the font cache" as a warning when that takes over five seconds.
+        logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 
 for _command in (

@@ -112,7 +112,7 @@ def calibrate(
     the band the route's judge is asked about (the default route's, or --route's)."""
     from rich.progress import Progress
 
-    from pipeline.encoder import default_encoder
+    from pipeline.encoder import OnFirstUse
     from pipeline.fit.calibrate import check_accept_error
     from workers.eval.calibration import JUDGE_SHARE_ROUTE, calibrate_route
     from workers.eval.calibration import calibrate as fit
@@ -166,7 +166,7 @@ def calibrate(
                 route,
                 max_accept_error=max_accept_error,
                 limit=limit,
-                encoder=default_encoder(),
+                encoder=OnFirstUse(),  # loaded once DATA has been read
                 command=command,
                 tasks=tasks,
                 max_accept_error_long=max_accept_error_long,
@@ -199,7 +199,7 @@ def calibrate(
             reference=reference,
             max_accept_error=max_accept_error,
             limit=limit,
-            encoder=default_encoder(),
+            encoder=OnFirstUse(),  # loaded once DATA has been read
             command=command,
             progress=progress,
             max_accept_error_long=max_accept_error_long,
@@ -416,7 +416,7 @@ def _judge_accuracy_from_decisions(route: str | None, since: str | None) -> floa
 def _calibrate_from_decisions(
     out_file: Path, route: str | None, since: str | None, max_accept_error: float, command: str
 ) -> None:
-    from pipeline.encoder import default_encoder
+    from pipeline.encoder import OnFirstUse
     from pipeline.errors import ScoringError
     from workers.eval.reviewed import calibrate_from_decisions, parse_since
 
@@ -433,7 +433,7 @@ def _calibrate_from_decisions(
                 since=start,
                 route=route,
                 max_accept_error=max_accept_error,
-                encoder=default_encoder(),
+                encoder=OnFirstUse(),  # loaded once the decisions are read
                 command=command,
             )
         )

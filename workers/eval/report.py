@@ -39,6 +39,7 @@ without an outcome record are counted in ``n_without_outcome``.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -66,11 +67,11 @@ REPORT_NEEDS = "eval --report needs matplotlib: pip install 'groundstream[eval]'
 
 def require_matplotlib() -> None:
     """The plots need matplotlib, an optional extra: say which one in one line, rather than
-    a traceback halfway through a report."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ModuleNotFoundError(REPORT_NEEDS, name="matplotlib") from None
+    a traceback halfway through a report. Found, not imported: the import can wait until
+    the data has been read, so a first run's notices (the font cache) never precede a
+    user's error about that data."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError(REPORT_NEEDS, name="matplotlib")
 
 
 OUTCOME_TOPICS: tuple[str, ...] = tuple(t.value for t in TERMINAL)
