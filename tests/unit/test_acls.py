@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -345,3 +346,33 @@ def test_apply_refused_is_one_line(monkeypatch) -> None:
     assert done.exit_code == 1 and done.stdout == ""
     assert done.stderr.startswith("groundstream: the broker refused 7 of 7 ACLs, first WRITE")
     assert "ClusterAuthorizationFailedError" in done.stderr and admin.closed
+
+
+def acl_table() -> str:
+    """deploy/README.md's table, as `bindings` says it (the prefix left out)."""
+
+    def names(acl: list[AclBinding], op: Operation) -> str:
+        listed = [t for t in Topic if t in topics(acl, op)]
+        return ", ".join(f"`{t.value}`" for t in listed) or "—"
+
+    def named(acl: list[AclBinding], kind: ResourceType) -> str:
+        return ", ".join(sorted({f"`{b.name}`" for b in of(acl, kind)})) or "—"
+
+    rows = [
+        "| `--stage` | Read | Write | group (Read) | transactional ids, prefixed"
+        " (Write, Describe) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for stage in STAGES:
+        acl = bindings(stage, "User:x", Names())
+        rows.append(
+            f"| `{stage}` | {names(acl, Operation.READ)} | {names(acl, Operation.WRITE)}"
+            f" | {named(acl, ResourceType.GROUP)} | {named(acl, ResourceType.TRANSACTIONAL_ID)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def test_the_deploy_readme_table_is_what_the_command_grants() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
+    unindented = "\n".join(line.strip() for line in readme.splitlines())
+    assert acl_table() in unindented, acl_table()
