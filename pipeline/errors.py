@@ -28,6 +28,7 @@ GroundstreamError
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
  ├── OutcomeTimeout (TimeoutError) ↻     workers.clients.agent: no outcome yet (in flight)
  ├── AlreadyDecided (LookupError)        workers.runtime.review: a second verdict on one candidate
+ ├── AclsRefused (RuntimeError)          workers.runtime.acls: the broker refused an ACL binding
  ├── CompareError (ValueError)           workers.eval.quantized: an int8 comparison asked wrongly
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """

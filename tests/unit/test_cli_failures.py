@@ -55,6 +55,8 @@ BROKER: dict[str, list[str]] = {
     "attach": ["attach", "--source", "answers", "--preset", "openai-chat"],
     "audit record": ["audit", "record"],
     "audit verify": ["audit", "verify"],
+    # Without --apply it prints and needs no broker (tests/unit/test_acls.py).
+    "acls": ["acls", "--stage", "geometry", "--principal", "User:geometry", "--apply"],
 }
 
 # Commands that read a file, each given a malformed one.

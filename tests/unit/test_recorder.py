@@ -67,3 +67,11 @@ async def test_an_unreadable_message_is_chained_and_named():
     report = verify(entries, [], None, grace=0.0)
     assert [p.kind for p in report.problems] == [Finding.ALTERED]
     assert "#4" in report.problems[0].what
+
+
+async def test_it_sends_only_to_its_declared_outputs():
+    """`outputs` is what its principal may write (workers.runtime.acls): it must cover
+    every topic the stage sends to, an unreadable message's included."""
+    batch = [*inbound(trail("a", T0), b"s1"), Inbound(b"s2", b"\xff", "t.decisions", 0, 9)]
+    emits, _ = await record([batch])
+    assert {e.topic for e in emits} == set(RecorderStage.outputs)

@@ -15,6 +15,7 @@ import click
 
 from workers.bench.commands import bench
 from workers.cli import (
+    acls,
     audit,
     calibrate,
     control,
@@ -73,6 +74,7 @@ for _command in (
     encoder.encoder,
     reader.reader,
     audit.audit,
+    acls.acls,
     bench,
 ):
     main.add_command(_command)

@@ -194,6 +194,19 @@ def _broker_side(exc: BaseException) -> bool:
     return isinstance(exc, (KafkaError, ConnectionError, TimeoutError, StaleBatch, ControlUnknown))
 
 
+def group_id(prefix: str, stage: str) -> str:
+    """The consumer group of stage `stage` (a rung, the terminal writer, the recorder)
+    under topic prefix `prefix`: `<prefix>groundstream-<stage>`."""
+    return f"{prefix}groundstream-{stage}"
+
+
+def member_prefix(prefix: str, stage: str) -> str:
+    """What every transactional id (and static member id) of `stage`'s workers starts
+    with: the group and a dot, then the instance (`StageLoop.member_id`). The ACLs grant
+    the stage's principal this prefix (`workers.runtime.acls`)."""
+    return f"{group_id(prefix, stage)}."
+
+
 class RebalanceGate(ConsumerRebalanceListener):
     """Keeps rebalances and batches apart.
 
@@ -262,7 +275,7 @@ class StageLoop:
 
     @property
     def group_id(self) -> str:
-        return f"{self.settings.topic_prefix}groundstream-{self.stage.name}"
+        return group_id(self.settings.topic_prefix, self.stage.name)
 
     @property
     def member_id(self) -> str:
@@ -272,7 +285,8 @@ class StageLoop:
         ids of their own (other hosts, or one instance id per process on one host) share
         the group's partitions."""
         host = re.sub(r"[^a-zA-Z0-9._-]", "-", socket.gethostname())  # Kafka's legal set
-        return f"{self.group_id}.{self.settings.instance_id or host}"
+        instance = self.settings.instance_id or host
+        return f"{member_prefix(self.settings.topic_prefix, self.stage.name)}{instance}"
 
     async def run(self) -> None:
         """Run sessions until cancelled; raise RetriesExhausted (BrokerUnavailable when the

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from topics.names import Topic
 from workers.runtime.loop import RetriesExhausted, StageLoop
 from workers.runtime.ready import announce_ready
 from workers.runtime.settings import Settings
@@ -29,7 +28,7 @@ def build_recorder(settings: Settings, key: bytes | None) -> StageLoop:
     """The recorder's loop: its stage, its head table as the stage's state, its telemetry;
     it says "stage recorder ready" once it holds partitions with the heads restored."""
     stage = RecorderStage(key)
-    store = ChangelogStore(settings.topic(Topic.AUDIT_HEADS))
+    store = ChangelogStore(settings.topic(stage.table))
     ctx = make_context(settings, settings.load_policy())
     ctx.sessions = store
     source = settings.topic(stage.source)

@@ -51,6 +51,12 @@ CLAIM_STALE_SECONDS = 60.0
 """A claim this old without its routing is taken as abandoned (its writer crashed)."""
 
 
+def transactional_prefix(prefix: str) -> str:
+    """What the transactional id of every verdict's routing starts with (one id per
+    parking, `_route`); the review principal's ACLs grant this prefix."""
+    return f"{prefix}groundstream-review-"
+
+
 class AlreadyDecided(GroundstreamError, LookupError):
     """A verdict came second: another reviewer's verdict on this parking won."""
 
@@ -259,7 +265,7 @@ async def _route(settings: Settings, policy: Policy, env: Envelope, claim: Claim
         bootstrap_servers=settings.bootstrap_servers,
         acks="all",
         enable_idempotence=True,
-        transactional_id=f"{settings.topic_prefix}groundstream-review-{parking}",
+        transactional_id=f"{transactional_prefix(settings.topic_prefix)}{parking}",
         max_request_size=MAX_MESSAGE_BYTES,
     )
     await producer.start()

@@ -48,6 +48,10 @@ class RecorderStage:
     name = "recorder"
     reads_control = False  # delivers or records decisions made upstream; none of its own
     source = Topic.DECISIONS
+    outputs: tuple[Topic, ...] = (Topic.AUDIT, Topic.DECISIONS_PUBLIC)
+    """Every topic `process` sends to (its principal may write these and its table)."""
+    table = Topic.AUDIT_HEADS
+    """The compacted changelog of the chain heads (`ctx.sessions`)."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self.key = key or None
