@@ -15,8 +15,9 @@
 #   logs [N]   last N lines of node 1's server.log (GROUNDSTREAM_KAFKA_NODE=i for another)
 #
 # Modes (both chosen at the first start of a run dir and recorded in
-# RUN_DIR/kafka.mode; a later start with another mode refuses, because the
-# storage is formatted for the first one -- use another GROUNDSTREAM_KAFKA_DIR):
+# RUN_DIR/kafka.mode; a later start must ask for the same mode -- it refuses
+# another, because the storage is formatted for the first one; use another
+# GROUNDSTREAM_KAFKA_DIR.  stop/status/pids/kill read the mode from the run dir):
 #
 #   GROUNDSTREAM_KAFKA_NODES=3   three KRaft nodes, each broker+controller, static
 #       voters 1@c1,2@c2,3@c3; client ports KAFKA_PORT+0..2, controller ports
@@ -96,8 +97,10 @@ mode_get() { # mode_get KEY -> value recorded in kafka.mode, or nothing
   return 0
 }
 if [[ "${1:-}" == start || "${1:-}" == restart ]]; then
-  NODES="${GROUNDSTREAM_KAFKA_NODES:-$(mode_get nodes)}"
-  SECURE="${GROUNDSTREAM_KAFKA_SECURE:-$(mode_get secure)}"
+  # What is asked for, never what was recorded: a plain `start` on a run dir
+  # set up secure must fail loudly, not hand plaintext callers a SASL_SSL port.
+  NODES="${GROUNDSTREAM_KAFKA_NODES:-1}"
+  SECURE="${GROUNDSTREAM_KAFKA_SECURE:-0}"
 else # stop, status, ...: the nodes this run dir has, whatever the environment says
   NODES="$(mode_get nodes)"
   NODES="${NODES:-${GROUNDSTREAM_KAFKA_NODES:-1}}"
@@ -278,7 +281,7 @@ extendedKeyUsage=serverAuth,clientAuth"
         ext="extendedKeyUsage=clientAuth"
       fi
       openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$t/$who.key" \
-        -out "$t/$who.csr" -subj "/CN=$who/O=groundstream" 2>>"$ossl"
+        -out "$t/$who.csr" -subj "/O=groundstream/CN=$who" 2>>"$ossl"
       printf '%s\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n' \
         "$ext" >"$t/$who.ext"
       openssl x509 -req -in "$t/$who.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" \
