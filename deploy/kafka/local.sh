@@ -728,7 +728,13 @@ mode_line() { # what the storage was formatted for (ports may change between run
 check_mode() {
   local want have
   want="$(mode_line)"
-  if [[ -f "$MODE_FILE" ]]; then
+  local formatted=0 f
+  for f in "$RUN_DIR/data/meta.properties" "$RUN_DIR"/node-*/data/meta.properties; do
+    [[ -f "$f" ]] && formatted=1
+  done
+  # Only storage holds a run dir to its mode: one whose first start failed before
+  # formatting (no openssl, a busy port) may be started in another.
+  if [[ -f "$MODE_FILE" ]] && ((formatted == 1)); then
     have="$(cat "$MODE_FILE")"
     [[ "$have" == "$want" ]] && return 0
     die "$RUN_DIR was set up for another mode:
