@@ -78,6 +78,205 @@ def local_broker(bootstrap: str) -> Iterator[bool]:
                 )
 
 
+# ---------------------------------------------------- secured / several nodes --
+
+# Kafka's AclOperation / ResourceType / PatternType / AclPermissionType codes.
+ACL_OPS = {"ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7, "DESCRIBE": 8}
+ACL_RESOURCES = {"TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5}
+ACL_PATTERNS = {"LITERAL": 3, "PREFIXED": 4}
+_ACL_ALLOW = 3
+
+
+def free_port_block(count: int, *, low: int = 20000, high: int = 32000) -> int:
+    """A base port B with B..B+count-1 all free on 127.0.0.1 (below the ephemeral range)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(low, high - count)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise BrokerStartError(f"no block of {count} free ports in {low}..{high}")
+
+
+class LocalCluster:
+    """What a test needs of a cluster local.sh started in its own run dir."""
+
+    def __init__(self, run_dir: Path, env: dict[str, str], nodes: int, secure: bool) -> None:
+        self.run_dir, self.env, self.nodes, self.secure = run_dir, env, nodes, secure
+        self.port = int(env["KAFKA_PORT"])
+        self.bootstrap = ",".join(f"127.0.0.1:{self.port + i}" for i in range(nodes))
+        # the listener that requires a client certificate (secure mode only)
+        self.ssl_bootstrap = (
+            ",".join(f"127.0.0.1:{int(env['KAFKA_SSL_PORT']) + i}" for i in range(nodes))
+            if secure
+            else ""
+        )
+        self.ca_file = run_dir / "tls" / "ca.pem"
+        self.client_cert = run_dir / "tls" / "client.pem"
+        self.client_key = run_dir / "tls" / "client.key"
+        self.start_seconds = 0.0  # how long the first `local.sh start` took
+
+    def client_env(self) -> dict[str, str]:
+        """RUN_DIR/client.env: the GROUNDSTREAM_* settings of the admin user."""
+        lines = (self.run_dir / "client.env").read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line)
+
+    def password(self, user: str) -> str:
+        return (self.run_dir / "users" / f"{user}.password").read_text().strip()
+
+    def client_kwargs(
+        self, user: str = "admin", *, mechanism: str = "SCRAM-SHA-512", password: str | None = None
+    ) -> dict[str, object]:
+        """aiokafka keyword arguments: SASL_SSL as `user`, or {} on a plaintext cluster."""
+        if not self.secure:
+            return {}
+        from aiokafka.helpers import create_ssl_context
+
+        return {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": mechanism,
+            "sasl_plain_username": user,
+            "sasl_plain_password": self.password(user) if password is None else password,
+            "ssl_context": create_ssl_context(cafile=str(self.ca_file)),
+        }
+
+    def mtls_kwargs(self) -> dict[str, object]:
+        """aiokafka keyword arguments for the SSL listener, as the CA-signed `client` cert."""
+        from aiokafka.helpers import create_ssl_context
+
+        ctx = create_ssl_context(
+            cafile=str(self.ca_file), certfile=str(self.client_cert), keyfile=str(self.client_key)
+        )
+        return {"security_protocol": "SSL", "ssl_context": ctx}
+
+    async def grant(
+        self, principal: str, resource: str, name: str, *ops: str, pattern: str = "LITERAL"
+    ) -> None:
+        """Allow `principal` (e.g. "User:judge") OPS on a resource, as admin.
+
+        aiokafka's admin client has no create_acls (0.14); its protocol module has the
+        CreateAcls request, sent here through the admin client's connection.
+        """
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.protocol.admin import CreateAclsRequest
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.client_kwargs())
+        await admin.start()
+        try:
+            for op in ops:
+                req = CreateAclsRequest(
+                    ACL_RESOURCES[resource],
+                    name,
+                    ACL_PATTERNS[pattern],
+                    principal,
+                    "*",
+                    ACL_OPS[op],
+                    _ACL_ALLOW,
+                )
+                resp = await admin._send_request(req)
+                errors = [r for r in resp.creation_responses if r[0] != 0]
+                if errors:
+                    raise AssertionError(f"CreateAcls {principal} {op} {resource}:{name}: {errors}")
+        finally:
+            await admin.close()
+
+    # -- nodes --
+
+    def sh(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        done = local_sh(*args, env=self.env, timeout=timeout)
+        if done.returncode != 0:
+            raise BrokerStartError(
+                f"local.sh {' '.join(args)} (rc={done.returncode}):\n{done.stdout}\n{done.stderr}"
+            )
+        return done
+
+    def pids(self) -> dict[int, int]:
+        """{node id: pid} of the running nodes."""
+        out = self.sh("pids", timeout=30).stdout.split()
+        return {int(n): int(p) for n, p in zip(out[::2], out[1::2], strict=True)}
+
+    def kill(self, node: int) -> int:
+        """kill -9 one node (as a crash would); returns its pid.  start() brings it back."""
+        return int(self.sh("kill", str(node), timeout=30).stdout.split()[-1])
+
+    def start(self) -> None:
+        self.sh("start")
+
+    def stop(self) -> None:
+        self.sh("stop", timeout=120)
+
+
+@contextlib.contextmanager
+def _cluster(
+    run_dir: Path, *, nodes: int, secure: bool, port: int | None, users: str | None
+) -> Iterator[LocalCluster]:
+    for tool in ("java", "mvn") + (("openssl",) if secure else ()):
+        if shutil.which(tool) is None:
+            raise BrokerStartError(f"no `{tool}` to start a local Kafka cluster")
+    width = nodes * (3 if secure else 2)
+    base = port if port is not None else free_port_block(width)
+    env = {
+        "GROUNDSTREAM_KAFKA_DIR": str(run_dir),
+        "GROUNDSTREAM_KAFKA_NODES": str(nodes),
+        "GROUNDSTREAM_KAFKA_SECURE": "1" if secure else "0",
+        "KAFKA_PORT": str(base),
+        "KAFKA_CONTROLLER_PORT": str(base + nodes),
+        "KAFKA_SSL_PORT": str(base + 2 * nodes),
+    }
+    if users is not None:
+        env["GROUNDSTREAM_KAFKA_USERS"] = users
+    cluster = LocalCluster(run_dir, env, nodes, secure)
+    started = time.monotonic()
+    try:
+        cluster.start()
+        cluster.start_seconds = time.monotonic() - started
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        except BrokerStartError as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def secure_broker(
+    run_dir: Path, *, port: int | None = None, users: str | None = None, nodes: int = 1
+) -> Iterator[LocalCluster]:
+    """A SASL_SSL + ACL broker of its own (local.sh, GROUNDSTREAM_KAFKA_SECURE=1) in run_dir.
+
+    Ports: client `port` (a free block when None), controller port+nodes, mTLS port+2*nodes.
+    `users`: GROUNDSTREAM_KAFKA_USERS (space-separated; admin is always there).
+    Stopped on exit.
+    """
+    with _cluster(run_dir, nodes=nodes, secure=True, port=port, users=users) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def three_node_cluster(
+    run_dir: Path, *, port: int | None = None, secure: bool = False
+) -> Iterator[LocalCluster]:
+    """Three KRaft nodes of its own (local.sh, GROUNDSTREAM_KAFKA_NODES=3) in run_dir.
+
+    Client ports port..port+2 (a free block when None), controllers port+3..port+5.
+    Replication factor 3, min.insync.replicas 2.  `.kill(node)` / `.pids()` / `.start()`
+    for fault tests.  Stopped on exit.
+    """
+    with _cluster(run_dir, nodes=3, secure=secure, port=port, users=None) as cluster:
+        yield cluster
+
+
 def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
     env.update(
