@@ -39,7 +39,7 @@ class TopicsMissing(GroundstreamError, RuntimeError):
 
 def require_topics(settings: Settings) -> None:
     try:
-        missing = asyncio.run(missing_topics(settings.bootstrap_servers, settings.topic_prefix))
+        missing = asyncio.run(missing_topics(settings.kafka(), settings.topic_prefix))
     except KafkaError as exc:
         raise TopicsMissing(
             f"cannot reach Kafka at {settings.bootstrap_servers} "
