@@ -30,7 +30,7 @@ def _fresh() -> None:
 def bootstrap_failure(logged: BaseException) -> errors.KafkaConnectionError:
     """What aiokafka's bootstrap does: log the reason, raise a bare connection error."""
     refusals.remember_connect_errors(quiet=True)
-    logging.getLogger("aiokafka.client").error('Unable connect to "%s:%s": %s', "k1", 9093, logged)
+    logging.getLogger("aiokafka").error('Unable connect to "%s:%s": %s', "k1", 9093, logged)
     return errors.KafkaConnectionError(f"Unable to bootstrap from [('{WHERE}', 9093)]")
 
 
@@ -75,8 +75,15 @@ def test_an_untrusted_certificate_names_the_ca_setting() -> None:
     )
 
 
-def test_a_certificate_for_another_host() -> None:
-    error = bootstrap_failure(cert_error("Hostname mismatch, certificate is not valid for 'k1'."))
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Hostname mismatch, certificate is not valid for 'k1'.",
+        "IP address mismatch, certificate is not valid for '10.0.0.7'.",
+    ],
+)
+def test_a_certificate_for_another_host(message: str) -> None:
+    error = bootstrap_failure(cert_error(message))
     line = kafka_refusal(error, WHERE, KafkaConnection(WHERE, "SSL"))
     assert "does not name that host" in line and "GROUNDSTREAM_KAFKA_SSL_CHECK_HOSTNAME" in line
 
@@ -156,3 +163,20 @@ def test_quiet_tools_print_nothing_of_aiokafka(caplog: pytest.LogCaptureFixture)
         bootstrap_failure(cert_error("self-signed certificate"))
     assert not [r for r in caplog.records if r.name.startswith("aiokafka")]
     assert isinstance(refusals.last_connect_error(), ssl.SSLCertVerificationError)
+
+
+def test_the_logger_is_given_back_as_it_was() -> None:
+    logger = logging.getLogger("aiokafka")
+    before = (logger.level, logger.propagate, list(logger.handlers))
+    refusals.remember_connect_errors(quiet=True)
+    refusals.remember_connect_errors(quiet=True)
+    assert logger.propagate is False and len(logger.handlers) == len(before[2]) + 1
+    refusals.forget_connect_errors()
+    assert (logger.level, logger.propagate, list(logger.handlers)) == before
+
+
+def test_aiokafka_logs_a_failed_connection_where_it_is_remembered() -> None:
+    """The logger aiokafka's bootstrap writes 'Unable connect to ...' to."""
+    from aiokafka import client
+
+    assert client.log.name == "aiokafka"

@@ -169,10 +169,9 @@ def quiet_kafka() -> None:
     --log-level is info or debug; a failure is reported once, as one line, by `Cli`."""
     from workers.runtime.refusals import remember_connect_errors
 
-    quiet = logging.getLogger().getEffectiveLevel() > logging.INFO
-    if quiet:
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    remember_connect_errors(quiet)  # why a connection failed, for the one line
+    # Quiet, aiokafka's records reach no handler but the one that keeps why a connection
+    # failed, for the one line.
+    remember_connect_errors(quiet=logging.getLogger().getEffectiveLevel() > logging.INFO)
 
 
 def run_kafka(call: Coroutine[Any, Any, T]) -> T:
@@ -187,11 +186,8 @@ def require_broker(settings: Settings) -> None:
     from workers.runtime.refusals import forget_connect_errors
     from workers.runtime.runner import require_topics
 
-    kafka_log = logging.getLogger("aiokafka")
-    level = kafka_log.level
     quiet_kafka()
     try:
         require_topics(settings)  # TopicsMissing: one line, by `Cli`
     finally:
-        kafka_log.setLevel(level)  # the running service logs the client as before
-        forget_connect_errors()
+        forget_connect_errors()  # the running service logs the client as before

@@ -4,9 +4,9 @@ group or a transactional id. `kafka_refusal` gives that line, or None when the e
 none of these (the caller then says the broker cannot be reached).
 
 aiokafka's bootstrap raises a bare `KafkaConnectionError("Unable to bootstrap ...")` and
-only logs the reason; `remember_connect_errors` keeps the last one it logged, so the line
-can name it. Each refusal is one `Refusal` row of `REFUSALS`: a new one is a row. No line
-carries a password, a key password or a token.
+only logs the reason (on the `aiokafka` logger); `remember_connect_errors` keeps the last
+one it logged, so the line can name it. Each refusal is one `Refusal` row of `REFUSALS`:
+a new one is a row. No line carries a password, a key password or a token.
 """
 
 from __future__ import annotations
@@ -23,48 +23,54 @@ from topics.clients import KafkaConnection
 GRANT = "`groundstream acls --stage NAME --principal {principal} --apply` grants it"
 """How an ACL refusal is put right (the `acls` command writes the stage's ACLs)."""
 
-_KAFKA_LOGGERS = ("aiokafka.client", "aiokafka.conn")
+_KAFKA_LOG = "aiokafka"
+"""aiokafka's client logs a failed connection here, its connections on `aiokafka.conn`."""
 
 
-class _Remember(logging.Filter):
-    """Keeps the last exception aiokafka logged while connecting; drops the record when
-    `quiet` (a one-shot tool reports the failure once, as one line)."""
+class _Remember(logging.Handler):
+    """Keeps the last exception aiokafka logged (its connection failures among them)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(logging.WARNING)
         self.last: BaseException | None = None
-        self.quiet = False
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
             if isinstance(arg, BaseException):
                 self.last = arg
-        return not self.quiet
 
 
 _remember = _Remember()
+_saved: tuple[int, bool] | None = None
 
 
 def remember_connect_errors(quiet: bool) -> None:
-    """Keep the reason aiokafka logs for a failed connection (see the module's docstring);
-    `quiet`: let none of those records through, while still remembering them."""
-    _remember.quiet, _remember.last = quiet, None
-    for name in _KAFKA_LOGGERS:
-        logger = logging.getLogger(name)
-        if _remember not in logger.filters:
-            logger.addFilter(_remember)
-        if quiet:
-            logger.setLevel(logging.WARNING)  # the records are made, then dropped here
+    """Keep the reason aiokafka logs for a failed connection (see the module's docstring).
+    `quiet` (a one-shot tool, which reports a failure once, as one line): aiokafka's
+    records go to nothing else, at any level of its loggers."""
+    global _saved
+    logger = logging.getLogger(_KAFKA_LOG)
+    _remember.last = None
+    if _remember not in logger.handlers:
+        _saved = (logger.level, logger.propagate)
+        logger.addHandler(_remember)
+    if quiet:
+        logger.setLevel(logging.WARNING)  # made, so remembered, and then kept from root
+        logger.propagate = False
 
 
 def forget_connect_errors() -> None:
-    """Undo `remember_connect_errors`: aiokafka's loggers as they were."""
-    _remember.quiet, _remember.last = False, None
-    for name in _KAFKA_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.removeFilter(_remember)
-        logger.setLevel(logging.NOTSET)
+    """Undo `remember_connect_errors`: aiokafka's logger as it was."""
+    global _saved
+    logger = logging.getLogger(_KAFKA_LOG)
+    _remember.last = None
+    if _remember in logger.handlers:
+        logger.removeHandler(_remember)
+    if _saved is not None:
+        logger.setLevel(_saved[0])
+        logger.propagate = _saved[1]
+        _saved = None
 
 
 def last_connect_error() -> BaseException | None:
@@ -116,7 +122,7 @@ def _credentials(e: BaseException, where: str, conn: KafkaConnection | None) -> 
 
 def _certificate(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
     message = getattr(e, "verify_message", "") or getattr(e, "reason", "") or type(e).__name__
-    if "hostname" in str(message).lower():
+    if "mismatch" in str(message).lower() or "hostname" in str(message).lower():
         return (
             f"the certificate of Kafka at {where} does not name that host ({message}); "
             "connect by a name it holds (GROUNDSTREAM_BOOTSTRAP_SERVERS), or set "
