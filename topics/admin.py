@@ -8,9 +8,11 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from topics import clients
+from topics.clients import KafkaConnection
 from topics.names import TOPIC_SPECS, TopicSpec
 
 VISIBLE_TIMEOUT_S = 30.0
@@ -18,10 +20,10 @@ VISIBLE_TIMEOUT_S = 30.0
 
 
 async def missing_topics(
-    bootstrap_servers: str, prefix: str, specs: Iterable[TopicSpec] = TOPIC_SPECS
+    conn: KafkaConnection, prefix: str, specs: Iterable[TopicSpec] = TOPIC_SPECS
 ) -> list[str]:
     """Names of the ladder's topics that do not exist on the cluster yet."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
+    admin = clients.admin(conn, client_id="groundstream-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -31,7 +33,7 @@ async def missing_topics(
 
 
 async def create_topics(
-    bootstrap_servers: str,
+    conn: KafkaConnection,
     prefix: str,
     partitions: int,
     replication: int,
@@ -41,7 +43,7 @@ async def create_topics(
     """Create every topic that does not exist yet; returns name → 'created' | 'exists'.
     `extra`: plain topics by their full name (no prefix, no configs), such as a source
     topic to try `attach` on, which `attach` refuses to create itself."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="groundstream-admin")
+    admin = clients.admin(conn, client_id="groundstream-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())

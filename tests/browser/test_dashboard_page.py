@@ -348,7 +348,9 @@ async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
     assert "? / ?" not in await page.locator("#routes").inner_text()
 
     # The kill switch banner tells the time in 24 hours, as the rest of the page does.
-    await publish_kill_switch(kafka_bootstrap, dashboard_settings.topic(Topic.CONTROL), True, "ops")
+    await publish_kill_switch(
+        dashboard_settings.kafka(), dashboard_settings.topic(Topic.CONTROL), True, "ops"
+    )
     banner = page.locator("#banner-detail")
     await expect(banner).to_contain_text("Turned on by ops at ")
     text = await banner.inner_text()

@@ -20,6 +20,7 @@ from pipeline.policy import load_policy
 from pipeline.records import make_record
 from tests.integration.conftest import consume_all, until
 from topics.admin import create_topics
+from topics.clients import KafkaConnection
 from topics.codec import dumps, loads
 from topics.conclusion import Conclusion
 from topics.names import Topic
@@ -123,7 +124,7 @@ async def test_a_batch_that_runs_out_of_memory_is_halved_and_delivered_exactly_o
     settings = Settings(
         bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, partitions=2, batch_size=64
     )
-    await create_topics(kafka_bootstrap, topic_prefix, settings.partitions, 1)
+    await create_topics(KafkaConnection(kafka_bootstrap), topic_prefix, settings.partitions, 1)
     ids = [f"split-{i:02d}" for i in range(N)]
     await send_conclusions(settings, ids)
 

@@ -271,7 +271,7 @@ async def dashboard_settings(kafka_bootstrap: str, topic_prefix: str) -> Setting
         web_token=DASHBOARD_TOKEN,
     )
     await create_ladder_topics(
-        kafka_bootstrap, topic_prefix, settings.partitions, settings.replication
+        settings.kafka(), topic_prefix, settings.partitions, settings.replication
     )
     return settings
 

@@ -8,6 +8,7 @@ import asyncio
 
 import orjson
 
+from topics.clients import KafkaConnection
 from workers.interfaces import ControlState
 from workers.runtime.control import (
     KILL_SWITCH_KEY,
@@ -43,17 +44,19 @@ async def test_listener_fails_closed_until_read_and_skips_malformed(
     await kafka_helpers.produce(kafka_bootstrap, topic, history)
 
     state = ControlState()
-    listener = ControlListener(kafka_bootstrap, topic, state, poll=0.1, read_timeout=10.0)
+    listener = ControlListener(
+        KafkaConnection(kafka_bootstrap), topic, state, poll=0.1, read_timeout=10.0
+    )
     assert (state.kill_switch, state.kill_switch_by) == (True, NOT_READ_YET)
     await listener.start()
     try:
         assert await listener.wait_caught_up(20.0)
         assert (state.kill_switch, state.kill_switch_by) == (True, "last-on")
 
-        await publish_kill_switch(kafka_bootstrap, topic, False, "alice")
+        await publish_kill_switch(KafkaConnection(kafka_bootstrap), topic, False, "alice")
         await until(lambda: state.kill_switch is False)
         await kafka_helpers.produce(kafka_bootstrap, topic, [(KILL_SWITCH_KEY, b"\x00garbage")])
-        await publish_kill_switch(kafka_bootstrap, topic, True, "bob")
+        await publish_kill_switch(KafkaConnection(kafka_bootstrap), topic, True, "bob")
         await until(lambda: state.kill_switch_by == "bob")
         assert state.kill_switch is True
     finally:
@@ -65,7 +68,11 @@ async def test_a_control_topic_that_cannot_be_read_counts_as_switch_on(
 ):
     state = ControlState()
     listener = ControlListener(
-        kafka_bootstrap, f"{topic_prefix}no-such-control", state, poll=0.1, read_timeout=2.0
+        KafkaConnection(kafka_bootstrap),
+        f"{topic_prefix}no-such-control",
+        state,
+        poll=0.1,
+        read_timeout=2.0,
     )
     await listener.start()
     try:

@@ -34,6 +34,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from pipeline.judge_budget import GATE
 from tests.fakes.openai_server import Behaviour, FakeOpenAIServer, Verdict
 from topics.admin import create_topics
+from topics.clients import KafkaConnection
 from topics.names import TERMINAL, Topic
 from topics.schema import Envelope, candidate_from_dict
 from workers.runtime.loop import StageLoop
@@ -141,7 +142,7 @@ async def ladder(
             judge_url=server.base_url,
             judge_model="budget-judge",
         )
-        await create_topics(kafka_bootstrap, prefix, PARTITIONS, 1)
+        await create_topics(KafkaConnection(kafka_bootstrap), prefix, PARTITIONS, 1)
         run = Ladder(settings, window)
         try:
             await run.start("judge@j1", "judge@j2", "rules", "terminal")

@@ -18,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from pipeline.failures import ErrorAction
 from pipeline.policy import load_policy
 from topics.admin import create_topics
+from topics.clients import KafkaConnection
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext
 from workers.runtime.isolation import ProcessingStopped, always
@@ -75,7 +76,7 @@ async def test_stop_commits_nothing_and_deadletter_moves_past_the_candidate(
     kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix)
-    await create_topics(kafka_bootstrap, topic_prefix, 1, 1)
+    await create_topics(KafkaConnection(kafka_bootstrap), topic_prefix, 1, 1)
     source = settings.topic(Topic.SCORED)
     await produce(kafka_bootstrap, source, [(b"s", b"{}"), (b"s", b'{"bad": true}')])
 
@@ -99,7 +100,7 @@ async def test_a_retryable_error_that_never_clears_ends_the_worker_uncommitted(
     kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix)
-    await create_topics(kafka_bootstrap, topic_prefix, 1, 1)
+    await create_topics(KafkaConnection(kafka_bootstrap), topic_prefix, 1, 1)
     await produce(kafka_bootstrap, settings.topic(Topic.SCORED), [(b"s", b"{}")])
     starved = worker(settings, ErrorAction.DEADLETTER, Starving())
     starved.give_up_s = 3.0  # every fetch is answered; only the batch never completes

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from topics.admin import create_topics
+from topics.clients import KafkaConnection
 from topics.codec import dumps
 from workers.runtime import telemetry
 from workers.runtime.kafka_tools import produce_file
@@ -75,7 +76,7 @@ async def test_one_trace_follows_a_candidate_through_every_stage(
         batch_within=0.02,
         data_dir=str(tmp_path / "data"),
     )
-    await create_topics(kafka_bootstrap, topic_prefix, 1, 1)
+    await create_topics(KafkaConnection(kafka_bootstrap), topic_prefix, 1, 1)
     lines = [
         {
             "id": f"tr-{i}",

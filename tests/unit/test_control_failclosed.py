@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import TopicPartition
 
+from topics.clients import KafkaConnection
 from workers.interfaces import ControlState
 from workers.runtime.control import (
     KILL_SWITCH_KEY,
@@ -92,7 +93,7 @@ async def until(predicate, steps: int = 500) -> None:
 
 def listener(topic: FakeControlTopic, state: ControlState) -> ControlListener:
     return ControlListener(
-        "unused:9092",
+        KafkaConnection("unused:9092"),
         "control",
         state,
         poll=0.001,

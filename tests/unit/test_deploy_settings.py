@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workers.runtime.settings import PREFIX, Settings
+from workers.runtime.settings import PREFIX, SECRET_FIELDS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -77,3 +77,26 @@ def test_the_shipped_compose_values_start_each_service() -> None:
 
 def test_a_misspelt_variable_would_be_caught() -> None:
     assert _named("GROUNDSTREAM_JUDGE_URLS: x") - SETTINGS == {"GROUNDSTREAM_JUDGE_URLS"}
+
+
+def test_credentials_live_in_the_secret_never_in_the_configmap() -> None:
+    secrets = {PREFIX + name.upper() for name in SECRET_FIELDS}
+    assert secrets & set(_k8s("configmap.yaml")["data"]) == set()
+    assert {
+        PREFIX + "KAFKA_SASL_PASSWORD",
+        PREFIX + "KAFKA_SSL_KEY_PASSWORD",
+    } <= set(_k8s("secret.yaml")["stringData"])
+    shipped = _env_file(DEPLOY / "compose" / ".env.example")
+    assert {k: v for k, v in shipped.items() if k in secrets and v} == {}  # blank: in .env
+
+
+def test_every_pod_that_talks_to_kafka_can_read_the_credentials() -> None:
+    """`topics create` (the Job, each worker's init container) needs the SASL password as
+    much as the worker: every container that loads the settings loads the Secret too."""
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+                refs = container.get("envFrom", [])
+                if any("configMapRef" in r for r in refs):
+                    assert any("secretRef" in r for r in refs), (path.name, container["name"])

@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.policy import load_policy
 from tests.fixtures.fakes import FakeProducer
+from topics.clients import KafkaConnection
 from topics.names import Topic
 from workers.interfaces import ControlState, Emit, Inbound, StageContext
 from workers.runtime import loop as loop_module
@@ -200,7 +201,12 @@ async def test_a_listener_stuck_in_its_seek_starts_over_and_learns_the_state() -
     StuckOnce.made = 0
     state = ControlState()
     listener = ControlListener(
-        "x:1", "control", state, poll=0.05, read_timeout=0.3, consumer_factory=StuckOnce
+        KafkaConnection("x:1"),
+        "control",
+        state,
+        poll=0.05,
+        read_timeout=0.3,
+        consumer_factory=StuckOnce,
     )
     await listener.start()  # gives up on the first read after read_timeout
     try:
@@ -231,7 +237,12 @@ async def test_a_cancellation_inside_the_kafka_client_does_not_end_the_listener(
     StuckOnce.made = 0
     state = ControlState()
     listener = ControlListener(
-        "x:1", "control", state, poll=0.05, read_timeout=0.3, consumer_factory=CancelsOnStop
+        KafkaConnection("x:1"),
+        "control",
+        state,
+        poll=0.05,
+        read_timeout=0.3,
+        consumer_factory=CancelsOnStop,
     )
     await listener.start()
     try:

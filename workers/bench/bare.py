@@ -12,24 +12,23 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
+from topics import clients
 from topics.names import MAX_MESSAGE_BYTES
+from workers.bench.procs import connection
 
 
 async def forward(bootstrap: str, source: str, dest: str, count: int, batch: int = 500) -> None:
-    consumer = AIOKafkaConsumer(
+    kafka = connection(bootstrap)
+    consumer = clients.consumer(
+        kafka,
         source,
-        bootstrap_servers=bootstrap,
         group_id=f"{dest}-bare",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         isolation_level="read_committed",
         max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
     )
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=MAX_MESSAGE_BYTES
-    )
+    producer = clients.producer(kafka, acks="all", linger_ms=5, max_request_size=MAX_MESSAGE_BYTES)
     await consumer.start()
     await producer.start()
     try:

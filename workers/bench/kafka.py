@@ -13,11 +13,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
+from topics import clients
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
-from workers.bench.procs import BenchError
+from workers.bench.procs import BenchError, connection
 
 
 def candidate_id(value: bytes) -> str | None:
@@ -51,8 +52,8 @@ def decided_by(stage: str) -> Callable[[bytes], str | None]:
 
 
 def producer(bootstrap: str, *, transactional: bool = False) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    return clients.producer(
+        connection(bootstrap),
         acks="all",
         linger_ms=5,
         max_request_size=MAX_MESSAGE_BYTES,
@@ -115,8 +116,8 @@ class Watch:
         self.count = 0
 
     async def __aenter__(self) -> Watch:
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        self.consumer = clients.consumer(
+            connection(self.bootstrap),
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_committed",

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import GroundstreamError
+from topics import clients
+from topics.clients import KafkaConnection
 from workers.runtime.ready import not_ready
 from workers.runtime.settings import Settings
 
@@ -243,10 +245,14 @@ def bench(bootstrap: str, partitions: int = 2, **env: str) -> Iterator[Bench]:
         run.close()
 
 
-async def delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
+def connection(bootstrap: str) -> KafkaConnection:
+    """The bench's broker, with the security the environment sets (GROUNDSTREAM_KAFKA_*):
+    the bench's own clients reach it as the workers it starts do."""
+    return Settings.from_env(bootstrap_servers=bootstrap).kafka()
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+async def delete_topics(bootstrap: str, prefix: str) -> None:
+    admin = clients.admin(connection(bootstrap))
     await admin.start()
     try:
         names = [t for t in await admin.list_topics() if t.startswith(prefix)]

@@ -116,9 +116,12 @@ def run(opts: Options) -> Result:
 
 
 async def _create(bootstrap: str, name: str, partitions: int) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from topics import clients
+    from workers.bench.procs import connection
+
+    admin = clients.admin(connection(bootstrap))
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, 1)])

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.errors import PolicyError
+from topics.clients import KafkaConnection
 from workers.runtime.settings import Settings
 
 T = TypeVar("T")
@@ -105,6 +106,14 @@ def _bootstrap() -> str:
         return os.environ.get("GROUNDSTREAM_BOOTSTRAP_SERVERS", "?")
 
 
+def _connection() -> KafkaConnection | None:
+    """The connection a failed command used (None when the settings do not read)."""
+    try:
+        return Settings.from_env().kafka()
+    except PolicyError:
+        return None
+
+
 def one_line(exc: BaseException) -> tuple[str, int] | None:
     """The one line and exit status for an error a user can cause, else None (a bug,
     which keeps its traceback). An absent broker or missing topics exit 2, an input
@@ -114,6 +123,7 @@ def one_line(exc: BaseException) -> tuple[str, int] | None:
 
     from pipeline.errors import GroundstreamError
     from workers.runtime.kafka_tools import UnknownTopic
+    from workers.runtime.refusals import kafka_refusal
     from workers.runtime.runner import TopicsMissing
 
     if isinstance(exc, UnknownTopic | TopicsMissing):
@@ -121,6 +131,9 @@ def one_line(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, KafkaError):
         # The clients the failed call left unclosed complain at exit; the line says it all.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        refused = kafka_refusal(exc, _bootstrap(), _connection())
+        if refused is not None:
+            return refused, 2
         return (
             f"cannot reach Kafka at {_bootstrap()} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
             f"{type(exc).__name__}",
@@ -154,8 +167,11 @@ class Cli(click.Group):
 def quiet_kafka() -> None:
     """For one-shot tools: aiokafka's own log lines about the connection stay quiet unless
     --log-level is info or debug; a failure is reported once, as one line, by `Cli`."""
-    if logging.getLogger().getEffectiveLevel() > logging.INFO:
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    from workers.runtime.refusals import remember_connect_errors
+
+    # Quiet, aiokafka's records reach no handler but the one that keeps why a connection
+    # failed, for the one line.
+    remember_connect_errors(quiet=logging.getLogger().getEffectiveLevel() > logging.INFO)
 
 
 def run_kafka(call: Coroutine[Any, Any, T]) -> T:
@@ -167,12 +183,11 @@ def run_kafka(call: Coroutine[Any, Any, T]) -> T:
 def require_broker(settings: Settings) -> None:
     """A service refuses to start without its broker and topics (it would sit idle, or
     log a retry every few seconds); later outages are its own to ride out."""
+    from workers.runtime.refusals import forget_connect_errors
     from workers.runtime.runner import require_topics
 
-    kafka_log = logging.getLogger("aiokafka")
-    level = kafka_log.level
     quiet_kafka()
     try:
         require_topics(settings)  # TopicsMissing: one line, by `Cli`
     finally:
-        kafka_log.setLevel(level)  # the running service logs the client as before
+        forget_connect_errors()  # the running service logs the client as before

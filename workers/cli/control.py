@@ -37,8 +37,6 @@ def kill_switch(state: str, by: str | None) -> None:
     if not by:
         raise click.UsageError("kill-switch on/off needs --by (who flips it)")
     run_kafka(
-        publish_kill_switch(
-            settings.bootstrap_servers, settings.topic(Topic.CONTROL), state == "on", by
-        )
+        publish_kill_switch(settings.kafka(), settings.topic(Topic.CONTROL), state == "on", by)
     )
     click.echo(f"kill switch {state} (by {by})")

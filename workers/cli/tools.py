@@ -112,7 +112,7 @@ def topics_create(extra: tuple[str, ...]) -> None:
     settings = load_settings()
     report = run_kafka(
         create_topics(
-            settings.bootstrap_servers,
+            settings.kafka(),
             settings.topic_prefix,
             settings.partitions,
             settings.replication,

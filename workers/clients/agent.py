@@ -1,6 +1,6 @@
 """The agent's side of the gate: submit an answer, get its verdict.
 
-    async with AgentClient("127.0.0.1:9092") as client:
+    async with AgentClient("127.0.0.1:9092") as client:  # or a topics.clients.KafkaConnection
         outcome = await client.submit(candidate, timeout=30)
         if outcome.accepted:
             history.append(candidate["response"])
@@ -38,6 +38,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from pipeline.errors import GroundstreamError
 from pipeline.records import OUTCOME_STAGE, content_hash
+from topics import clients
+from topics.clients import KafkaConnection
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, candidate_from_dict, parse_envelope
@@ -97,8 +99,8 @@ class Outcome:
 class OutcomeIndex:
     """Outcome records by candidate id, from the ledger's first offset on, live."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, kafka: KafkaConnection, topic: str) -> None:
+        self.kafka, self.topic = kafka, topic
         self.consumer: AIOKafkaConsumer | None = None
         self.outcomes: dict[str, Mapping[str, Any]] = {}
         self.waiters: dict[str, list[asyncio.Future[Mapping[str, Any]]]] = {}
@@ -106,7 +108,7 @@ class OutcomeIndex:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.consumer = _reader(self.bootstrap, self.topic)
+        self.consumer = _reader(self.kafka, self.topic)
         await self.consumer.start()
         tps = await partitions(self.consumer, self.topic)
         await self.consumer.seek_to_beginning(*tps)
@@ -165,11 +167,11 @@ class OutcomeIndex:
             await self.consumer.stop()
 
 
-def _reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+def _reader(kafka: KafkaConnection, topic: str) -> AIOKafkaConsumer:
     """All of `topic`, no group, committed messages only."""
-    return AIOKafkaConsumer(
+    return clients.consumer(
+        kafka,
         topic,
-        bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -181,16 +183,20 @@ def _reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
 class AgentClient:
     """Submit candidates and read their outcomes (module docstring)."""
 
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", topic_prefix: str = "") -> None:
-        self.bootstrap, self.prefix = bootstrap_servers, topic_prefix
+    def __init__(
+        self, kafka: KafkaConnection | str = "127.0.0.1:9092", topic_prefix: str = ""
+    ) -> None:
+        """`kafka`: the cluster's connection (TLS, SASL), or bootstrap servers for a
+        PLAINTEXT one."""
+        self.kafka, self.prefix = clients.connection(kafka), topic_prefix
         self.producer: AIOKafkaProducer | None = None
-        self.index = OutcomeIndex(bootstrap_servers, Topic.OUTCOMES.full(topic_prefix))
+        self.index = OutcomeIndex(self.kafka, Topic.OUTCOMES.full(topic_prefix))
         self.sent: dict[str, str] = {}
         """Content hashes of the ids this client has sent, for conflicts still in flight."""
 
     async def start(self) -> None:
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+        self.producer = clients.producer(
+            self.kafka,
             acks="all",
             enable_idempotence=True,
             max_request_size=MAX_MESSAGE_BYTES,
@@ -265,7 +271,7 @@ class AgentClient:
         """The session's accepted candidates, in the order they reached `state`, as of
         now (each as the candidate object that was accepted)."""
         topic = Topic.STATE.full(self.prefix)
-        consumer = _reader(self.bootstrap, topic)
+        consumer = _reader(self.kafka, topic)
         await consumer.start()
         try:
             tps = await partitions(consumer, topic)
@@ -290,14 +296,16 @@ class AgentClient:
 class Client:
     """`AgentClient` for synchronous code: the same calls, blocking, on a private loop."""
 
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", topic_prefix: str = "") -> None:
+    def __init__(
+        self, kafka: KafkaConnection | str = "127.0.0.1:9092", topic_prefix: str = ""
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._client = self._run(self._make(bootstrap_servers, topic_prefix))
+        self._client = self._run(self._make(kafka, topic_prefix))
 
-    async def _make(self, bootstrap: str, prefix: str) -> AgentClient:
-        client = AgentClient(bootstrap, prefix)
+    async def _make(self, kafka: KafkaConnection | str, prefix: str) -> AgentClient:
+        client = AgentClient(kafka, prefix)
         await client.start()
         return client
 

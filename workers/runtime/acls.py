@@ -39,20 +39,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest_v1
 from aiokafka.protocol.api import Request
 
 from pipeline.errors import GroundstreamError
+from topics import clients
 from topics.names import TERMINAL, TOPIC_SPECS, Topic
 from workers.runtime.ladder import LADDER, STAGE_NAMES, StageRow
 from workers.runtime.loop import group_id, member_prefix
 from workers.runtime.review import transactional_prefix
 from workers.runtime.settings import Settings
 from workers.stages.recorder import RecorderStage
+
+if TYPE_CHECKING:
+    from aiokafka.admin import AIOKafkaAdminClient
 from workers.stages.review import REVIEW_STAGE
 from workers.stages.routes import ROUTES
 from workers.stages.terminal import TerminalStage
@@ -460,11 +463,8 @@ def check_created(acls: Sequence[AclBinding], response: Any) -> None:
 
 
 def admin_client(settings: Settings) -> AIOKafkaAdminClient:
-    """The admin client `apply` uses: the one place it is built, to be replaced by the
-    shared client factory (`topics.clients.admin`) once there is one."""
-    return AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, client_id="groundstream-acls"
-    )
+    """The admin client `apply` uses, connected as the settings say (TLS, SASL)."""
+    return clients.admin(settings.kafka(), client_id="groundstream-acls")
 
 
 async def apply(settings: Settings, acls: Sequence[AclBinding]) -> int:

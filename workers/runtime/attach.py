@@ -31,12 +31,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from pipeline.attach import AttachMapping, Kind, map_message
 from pipeline.replay import message_ids
+from topics import clients
 from topics.codec import dumps
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, candidate_from_dict
@@ -126,7 +127,7 @@ def route_message(
 async def prepare_topics(settings: Settings, source: str, pass_through: str) -> None:
     """The source must exist; the pass-through topic is created like it if it does not
     (the user's namespace, so `topics create` does not know it)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = clients.admin(settings.kafka())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -185,17 +186,18 @@ async def attach(
     target = pass_through or pass_through_topic(source)
     await prepare_topics(settings, source, target)
     known = await known_ids(settings)
-    consumer = AIOKafkaConsumer(
+    kafka = settings.kafka()
+    consumer = clients.consumer(
+        kafka,
         source,
-        bootstrap_servers=settings.bootstrap_servers,
         group_id=group or f"{settings.topic_prefix}groundstream-attach",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level="read_committed",
         max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
     )
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+    producer = clients.producer(
+        kafka,
         acks="all",
         enable_idempotence=True,
         max_request_size=MAX_MESSAGE_BYTES,

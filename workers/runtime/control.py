@@ -25,8 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
+from topics import clients
+from topics.clients import KafkaConnection
 from topics.codec import dumps, loads
 from workers.interfaces import ControlState
 
@@ -151,7 +153,7 @@ class ControlListener:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaConnection,
         topic: str,
         state: ControlState,
         poll: float = 0.5,
@@ -159,7 +161,7 @@ class ControlListener:
         read_timeout: float = 10.0,
         consumer_factory: Callable[[], ControlConsumer] | None = None,
     ) -> None:
-        self.bootstrap, self.topic, self.poll = bootstrap, topic, poll
+        self.kafka, self.topic, self.poll = kafka, topic, poll
         self.read_timeout = read_timeout
         self.gate = ControlGate(state)
         self._factory = consumer_factory or self._kafka_consumer
@@ -167,8 +169,8 @@ class ControlListener:
         self._task: asyncio.Task[None] | None = None
 
     def _kafka_consumer(self) -> ControlConsumer:
-        return AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        return clients.consumer(
+            self.kafka,
             enable_auto_commit=False,
             group_id=None,
             request_timeout_ms=max(1000, int(self.read_timeout * 1000)),
@@ -258,10 +260,10 @@ def stopping() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-async def publish_kill_switch(bootstrap: str, topic: str, on: bool, by: str) -> dict:
+async def publish_kill_switch(kafka: KafkaConnection, topic: str, on: bool, by: str) -> dict:
     """Write the kill switch state to the control topic; returns the message sent."""
     message = {"schema_version": 1, "on": on, "by": by, "at": time.time()}
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = clients.producer(kafka, acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(topic, dumps(message), key=KILL_SWITCH_KEY, partition=0)

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from pipeline.errors import GroundstreamError
+from topics import clients
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, parse_candidate
@@ -42,9 +43,9 @@ def reader(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer
     commits nothing: for the tools that look at a topic (consume, review list, dashboard)
     without taking part in a stage's group. It reads committed messages only: stages
     write in transactions, and an aborted attempt's outputs must never be seen."""
-    return AIOKafkaConsumer(
+    return clients.consumer(
+        settings.kafka(),
         *topics,
-        bootstrap_servers=settings.bootstrap_servers,
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -117,9 +118,7 @@ async def produce_file(
     except the line numbers in `leave_out`.
     Each message starts its own trace: a `send` span whose context goes in `traceparent`."""
     configure("groundstream-produce", settings.otlp_endpoint)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, acks="all", max_request_size=MAX_MESSAGE_BYTES
-    )
+    producer = clients.producer(settings.kafka(), acks="all", max_request_size=MAX_MESSAGE_BYTES)
     await producer.start()
     try:
         lines = [line for n, line in numbered_lines(path) if n not in leave_out]

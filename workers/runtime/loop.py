@@ -76,6 +76,7 @@ from aiokafka.errors import KafkaError
 
 from pipeline.errors import GroundstreamError
 from pipeline.failures import is_retryable
+from topics import clients
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
@@ -292,7 +293,7 @@ class StageLoop:
         """Run sessions until cancelled; raise RetriesExhausted (BrokerUnavailable when the
         broker is the cause) after `give_up_s` without progress."""
         listener = ControlListener(
-            self.settings.bootstrap_servers,
+            self.settings.kafka(),
             self.settings.topic(Topic.CONTROL),
             self.ctx.control,
             self.settings.control_poll,
@@ -339,8 +340,9 @@ class StageLoop:
         """One consumer and one transactional producer, until an error."""
         s = self.settings
         sources = [s.topic(self.stage.source), *(s.topic(t) for t in self.follows)]
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
+        kafka = s.kafka()
+        consumer = clients.consumer(
+            kafka,
             group_id=self.group_id,
             # Static membership: a restarted worker takes its partitions back at once
             # instead of waiting out its dead predecessor's session.
@@ -353,8 +355,8 @@ class StageLoop:
             session_timeout_ms=10_000,
             heartbeat_interval_ms=2_000,
         )
-        producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
+        producer = clients.producer(
+            kafka,
             transactional_id=self.member_id,
             enable_idempotence=True,
             acks="all",
@@ -588,9 +590,7 @@ class StageLoop:
         held = frozenset(tp.partition for tp in consumer.assignment() if tp.topic == source)
         self.ctx.source_partitions = len(consumer.partitions_for_topic(source) or ()) or 1
         if self.store is not None and held != self.store.partitions:
-            await asyncio.wait_for(
-                self.store.restore(self.settings.bootstrap_servers, held), OP_TIMEOUT_S
-            )
+            await asyncio.wait_for(self.store.restore(self.settings.kafka(), held), OP_TIMEOUT_S)
         if window is not None and held != self._windowed:
             tps = [TopicPartition(source, p) for p in sorted(held - self._windowed)]
             committed = await asyncio.wait_for(committed_offsets(consumer, tps), OP_TIMEOUT_S)

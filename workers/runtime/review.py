@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from pipeline.errors import GroundstreamError
 from pipeline.policy import Policy
 from pipeline.records import iso_time
 from pipeline.stages.review import Claim, HumanVerdict, first_claim
+from topics import clients
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
@@ -247,7 +248,7 @@ def _epoch(record: dict[str, Any]) -> float:
 
 
 async def _send_claim(settings: Settings, claim: Claim) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    producer = clients.producer(settings.kafka(), acks="all")
     await producer.start()
     try:
         topic = settings.topic(Topic.CONTROL)
@@ -261,8 +262,8 @@ async def _route(settings: Settings, policy: Policy, env: Envelope, claim: Claim
     ctx = StageContext(policy=policy, default_route=settings.default_route, stage_key=key)
     emits: list[Emit] = review_emits(ctx, env, claim)
     parking = hashlib.sha256(f"{env.candidate.id}/{env.last_hash}".encode()).hexdigest()[:24]
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+    producer = clients.producer(
+        settings.kafka(),
         acks="all",
         enable_idempotence=True,
         transactional_id=f"{transactional_prefix(settings.topic_prefix)}{parking}",

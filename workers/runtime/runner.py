@@ -23,6 +23,7 @@ from workers.runtime.ladder import STAGE_NAMES, row
 from workers.runtime.loop import RetriesExhausted, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
+from workers.runtime.refusals import kafka_refusal
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry, configure
@@ -39,10 +40,12 @@ class TopicsMissing(GroundstreamError, RuntimeError):
 
 def require_topics(settings: Settings) -> None:
     try:
-        missing = asyncio.run(missing_topics(settings.bootstrap_servers, settings.topic_prefix))
+        missing = asyncio.run(missing_topics(settings.kafka(), settings.topic_prefix))
     except KafkaError as exc:
+        refused = kafka_refusal(exc, settings.bootstrap_servers, settings.kafka())
         raise TopicsMissing(
-            f"cannot reach Kafka at {settings.bootstrap_servers} "
+            refused
+            or f"cannot reach Kafka at {settings.bootstrap_servers} "
             f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}"
         ) from None
     if missing:

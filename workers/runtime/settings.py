@@ -6,6 +6,8 @@ variable, so a misconfigured worker stops before it touches a message.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +22,7 @@ from pipeline.encoder import BACKENDS
 from pipeline.errors import PolicyError, ReaderError
 from pipeline.failures import ErrorAction
 from pipeline.policy import Policy, load_policy
+from topics.clients import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaConnection
 from topics.names import Topic
 
 PREFIX = "GROUNDSTREAM_"
@@ -114,6 +117,35 @@ def _grounding_models(policy: Policy) -> list[tuple[str, Any]]:
     ]
 
 
+def _one_of(choices: tuple[str, ...], unset: bool = False) -> Callable[[str], str]:
+    """One of `choices`, or "" (unset) where `unset`."""
+
+    def parse(v: str) -> str:
+        if v not in choices and not (unset and v == ""):
+            raise ValueError
+        return v
+
+    return parse
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _flag(v: str) -> bool:
+    if v.strip().lower() in _TRUE:
+        return True
+    if v.strip().lower() in _FALSE:
+        return False
+    raise ValueError
+
+
+def _existing_file(v: str) -> str:
+    """A path to a readable file ("" for none)."""
+    if v and not Path(v).is_file():
+        raise ValueError
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -147,7 +179,43 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
     "reader": (_reader_dir, "a reader directory (`groundstream reader export` writes one)"),
     "nli_model": (_nli_model, "reader, a CrossEncoder directory or a pair reader's directory"),
+    "kafka_security_protocol": (_one_of(SECURITY_PROTOCOLS), ", ".join(SECURITY_PROTOCOLS)),
+    "kafka_sasl_mechanism": (_one_of(SASL_MECHANISMS, unset=True), ", ".join(SASL_MECHANISMS)),
+    "kafka_sasl_password_file": (_existing_file, "a readable file"),
+    "kafka_oauth_token_file": (_existing_file, "a readable file"),
+    "kafka_ssl_ca_file": (_existing_file, "a readable file"),
+    "kafka_ssl_cert_file": (_existing_file, "a readable file"),
+    "kafka_ssl_key_file": (_existing_file, "a readable file"),
+    "kafka_ssl_check_hostname": (_flag, "true/false, 1/0 or yes/no"),
 }
+
+SECRET_FIELDS = frozenset(
+    {
+        "web_token",
+        "judge_api_key",
+        "sampler_api_key",
+        "stage_key",
+        "kafka_sasl_password",
+        "kafka_ssl_key_password",
+    }
+)
+"""Settings whose values never appear in an error message, a log line or a record."""
+
+OTHER_VARIABLES = frozenset(
+    {
+        "GROUNDSTREAM_ONNX_DIR",  # pipeline/onnx_encoder.py: the exported encoder's cache
+        "GROUNDSTREAM_AUDIT_KEY",  # pipeline/audit.py: the audit chain's HMAC key
+        "GROUNDSTREAM_PYTHON",  # deploy/kafka/local.sh and the test harness
+        "GROUNDSTREAM_KAFKA_DIR",  # deploy/kafka/local.sh: the local broker
+        "GROUNDSTREAM_KAFKA_VERSION",
+        "GROUNDSTREAM_KAFKA_HEAP",
+        "GROUNDSTREAM_KAFKA_TIMEOUT",
+        "GROUNDSTREAM_KAFKA_CACHE",
+    }
+)
+"""`GROUNDSTREAM_*` variables read elsewhere than `Settings`: not warned about."""
+
+log = logging.getLogger("groundstream.settings")
 
 
 class _DefaultBatch(int):
@@ -217,6 +285,20 @@ class Settings:
     instance_id: str = ""  # empty: the host name (one process per stage and host)
     on_processing_error: ErrorAction = ErrorAction.DEADLETTER
     """A candidate's permanent error: dead-letter it, or stop the worker (`isolation`)."""
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = ""
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    kafka_sasl_password_file: str = ""
+    """A mounted secret holding the SASL password, read at start-up (instead of
+    GROUNDSTREAM_KAFKA_SASL_PASSWORD, never with it)."""
+    kafka_oauth_token_file: str = ""
+    """OAUTHBEARER's token, read again whenever it changes (a sidecar keeps it fresh)."""
+    kafka_ssl_ca_file: str = ""
+    kafka_ssl_cert_file: str = ""
+    kafka_ssl_key_file: str = ""
+    kafka_ssl_key_password: str = field(default="", repr=False)
+    kafka_ssl_check_hostname: bool = True
 
     def batch_size_for(self, stage: str) -> int:
         """The stage's batch: the one given, else the stage's default."""
@@ -238,9 +320,14 @@ class Settings:
                 values[f.name] = parser(raw)
             except ValueError as exc:
                 why = f" ({exc})" if isinstance(exc, ReaderError) else ""
-                raise SettingsError(name, raw, expected + why) from None
+                shown = "(hidden)" if f.name in SECRET_FIELDS else raw
+                raise SettingsError(name, shown, expected + why) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
+        warn_unknown(env)
+        if values.get("kafka_sasl_password_file"):
+            values["kafka_sasl_password"] = _password_from_file(values)
         settings = cls(**values)
+        check_kafka(settings)
         if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise SettingsError(
                 PREFIX + "LOG_LEVEL", settings.log_level, "debug, info, warning or error"
@@ -257,6 +344,22 @@ class Settings:
                     "answers, not pairs of texts",
                 )
         return settings
+
+    def kafka(self) -> KafkaConnection:
+        """The cluster connection every Kafka client is built from (`topics.clients`)."""
+        return KafkaConnection(
+            self.bootstrap_servers,
+            security_protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            oauth_token_file=self.kafka_oauth_token_file,
+            ssl_ca_file=self.kafka_ssl_ca_file,
+            ssl_cert_file=self.kafka_ssl_cert_file,
+            ssl_key_file=self.kafka_ssl_key_file,
+            ssl_key_password=self.kafka_ssl_key_password,
+            ssl_check_hostname=self.kafka_ssl_check_hostname,
+        )
 
     def nli_path(self) -> str:
         """What consistency's NLI slot loads: `reader` is GROUNDSTREAM_READER's when set."""
@@ -333,3 +436,127 @@ class Settings:
 
     def data_path(self, *parts: str) -> Path:
         return Path(self.data_dir).joinpath(*parts)
+
+
+def _password_from_file(values: Mapping[str, Any]) -> str:
+    """GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE's content, its trailing newline stripped."""
+    path = values["kafka_sasl_password_file"]
+    if values.get("kafka_sasl_password"):
+        raise SettingsError(
+            PREFIX + "KAFKA_SASL_PASSWORD_FILE",
+            path,
+            "no GROUNDSTREAM_KAFKA_SASL_PASSWORD beside it (set one or the other)",
+        )
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        raise SettingsError(PREFIX + "KAFKA_SASL_PASSWORD_FILE", path, "a readable file") from None
+
+
+_SSL_FIELDS = (
+    "kafka_ssl_ca_file",
+    "kafka_ssl_cert_file",
+    "kafka_ssl_key_file",
+    "kafka_ssl_key_password",
+)
+
+
+def check_kafka(s: Settings) -> None:
+    """The security settings taken together: what a protocol or mechanism needs is there,
+    and nothing set is left unused (a CA file beside PLAINTEXT is a mistake, not a no-op)."""
+    protocol, mechanism = s.kafka_security_protocol, s.kafka_sasl_mechanism
+    name = PREFIX + "KAFKA_SECURITY_PROTOCOL"
+    if protocol.startswith("SASL_"):
+        if not mechanism:
+            raise SettingsError(
+                PREFIX + "KAFKA_SASL_MECHANISM",
+                "",
+                f"one of {', '.join(SASL_MECHANISMS)} with {name}={protocol}",
+            )
+        if mechanism == "OAUTHBEARER":
+            if not s.kafka_oauth_token_file:
+                raise SettingsError(
+                    PREFIX + "KAFKA_OAUTH_TOKEN_FILE", "", "the token's file with OAUTHBEARER"
+                )
+        else:
+            if not s.kafka_sasl_username:
+                raise SettingsError(
+                    PREFIX + "KAFKA_SASL_USERNAME", "", f"a user name with {mechanism}"
+                )
+            if not s.kafka_sasl_password:
+                raise SettingsError(
+                    PREFIX + "KAFKA_SASL_PASSWORD",
+                    "",
+                    f"a password with {mechanism} (or GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE)",
+                )
+    else:
+        for f in ("kafka_sasl_mechanism", "kafka_sasl_username", "kafka_sasl_password_file"):
+            if getattr(s, f):
+                raise SettingsError(
+                    PREFIX + f.upper(), getattr(s, f), f"unset with {name}={protocol}"
+                )
+        if s.kafka_sasl_password:
+            raise SettingsError(
+                PREFIX + "KAFKA_SASL_PASSWORD", "(hidden)", f"unset with {name}={protocol}"
+            )
+    if s.kafka_oauth_token_file and mechanism != "OAUTHBEARER":
+        raise SettingsError(
+            PREFIX + "KAFKA_OAUTH_TOKEN_FILE",
+            s.kafka_oauth_token_file,
+            "unset unless GROUNDSTREAM_KAFKA_SASL_MECHANISM=OAUTHBEARER",
+        )
+    if protocol not in ("SSL", "SASL_SSL"):
+        for f in _SSL_FIELDS:
+            if getattr(s, f):
+                shown = "(hidden)" if f in SECRET_FIELDS else getattr(s, f)
+                raise SettingsError(
+                    PREFIX + f.upper(), shown, f"unset with {name}={protocol} (no TLS)"
+                )
+        if not s.kafka_ssl_check_hostname:
+            raise SettingsError(
+                PREFIX + "KAFKA_SSL_CHECK_HOSTNAME", "false", f"unset with {name}={protocol}"
+            )
+    if bool(s.kafka_ssl_cert_file) != bool(s.kafka_ssl_key_file):
+        given, missing = ("CERT", "KEY") if s.kafka_ssl_cert_file else ("KEY", "CERT")
+        raise SettingsError(
+            f"{PREFIX}KAFKA_SSL_{missing}_FILE",
+            "",
+            f"a file beside GROUNDSTREAM_KAFKA_SSL_{given}_FILE (mutual TLS needs both)",
+        )
+    if s.kafka_ssl_key_password and not s.kafka_ssl_key_file:
+        raise SettingsError(
+            PREFIX + "KAFKA_SSL_KEY_PASSWORD",
+            "(hidden)",
+            "unset without GROUNDSTREAM_KAFKA_SSL_KEY_FILE",
+        )
+
+
+def known_variables() -> frozenset[str]:
+    """Every `GROUNDSTREAM_*` variable groundstream reads."""
+    return frozenset(PREFIX + f.name.upper() for f in fields(Settings)) | OTHER_VARIABLES
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One line per `GROUNDSTREAM_*` variable of `env` that nothing reads (a typo is
+    otherwise silently a default), with the nearest known name when there is one."""
+    known = known_variables()
+    lines = []
+    for name in sorted(n for n in env if n.startswith(PREFIX) and n not in known):
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        lines.append(f"{name} is not a groundstream setting{hint}")
+    return lines
+
+
+_warned = False
+
+
+def warn_unknown(env: Mapping[str, str]) -> None:
+    """Log `unknown_variables` as one warning, once per process."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    lines = unknown_variables(env)
+    if lines:
+        log.warning("; ".join(lines))

@@ -21,8 +21,10 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
+from topics import clients
+from topics.clients import KafkaConnection
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
 
@@ -125,10 +127,10 @@ class ChangelogStore(MutableMapping[bytes, Any]):
                 log.warning("skipping an unreadable changelog entry on %s", self.topic)
         self.partitions = frozenset(partitions)
 
-    async def restore(self, bootstrap: str, partitions: Iterable[int]) -> None:
+    async def restore(self, kafka: KafkaConnection, partitions: Iterable[int]) -> None:
         """Rebuild the table from the changelog partitions, committed writes only."""
         wanted = sorted(set(partitions))
-        entries = await read_to_end(bootstrap, self.topic, wanted)
+        entries = await read_to_end(kafka, self.topic, wanted)
         self.load(entries, wanted)
         log.info(
             "restored %d entries of %s from partitions %s", len(self._data), self.topic, wanted
@@ -136,14 +138,14 @@ class ChangelogStore(MutableMapping[bytes, Any]):
 
 
 async def read_to_end(
-    bootstrap: str, topic: str, partitions: list[int]
+    kafka: KafkaConnection, topic: str, partitions: list[int]
 ) -> list[tuple[bytes, bytes | None]]:
     """Every committed (key, value) on `partitions` of `topic`, up to their last stable
     offset as of the call, in offset order per partition."""
     if not partitions:
         return []
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    consumer = clients.consumer(
+        kafka,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",

@@ -159,4 +159,4 @@ class KafkaOperations:
         from workers.runtime.control import publish_kill_switch
 
         topic = self.settings.topic(Topic.CONTROL)
-        return await publish_kill_switch(self.settings.bootstrap_servers, topic, on, by)
+        return await publish_kill_switch(self.settings.kafka(), topic, on, by)

@@ -1,0 +1,203 @@
+"""One place builds every Kafka client (topics/clients.py), and it passes the cluster's
+security to each: the protocol, SASL credentials or the OAuth token provider, and one TLS
+context per connection. No module builds an aiokafka client any other way."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import ssl
+from pathlib import Path
+
+import pytest
+
+from topics import clients
+from topics.clients import FileTokenProvider, KafkaConnection
+
+ROOT = Path(__file__).resolve().parents[2]
+TLS = ROOT / "tests" / "fixtures" / "tls"
+FACTORY = ROOT / "topics" / "clients.py"
+CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
+CA = str(TLS / "client.crt")  # self-signed: its own CA
+
+
+def constructions(path: Path) -> list[str]:
+    """`file:line name` for each call of an aiokafka client class in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in CLIENTS:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_factory_builds_a_kafka_client() -> None:
+    sources = [
+        p
+        for top in ("pipeline", "topics", "workers", "tools")
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if p != FACTORY
+    ]
+    assert len(sources) > 100
+    found = [c for p in sources for c in constructions(p)]
+    assert found == [], "build Kafka clients with topics.clients, which passes the security"
+
+
+def test_the_walk_would_see_one() -> None:
+    assert constructions(FACTORY)  # the factory's own three calls, so the walk works
+
+
+def _kafka(conn: KafkaConnection) -> dict:
+    return conn.client_kwargs()
+
+
+def test_plaintext_is_the_servers_alone() -> None:
+    assert _kafka(KafkaConnection("k:9092")) == {
+        "bootstrap_servers": "k:9092",
+        "security_protocol": "PLAINTEXT",
+    }
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_ssl_passes_credentials_and_the_context(mechanism: str) -> None:
+    conn = KafkaConnection(
+        "k:9093",
+        "SASL_SSL",
+        sasl_mechanism=mechanism,
+        sasl_username="gs-geometry",
+        sasl_password="pw-not-printed",
+        ssl_ca_file=CA,
+    )
+    kwargs = _kafka(conn)
+    assert kwargs["security_protocol"] == "SASL_SSL"
+    assert kwargs["sasl_mechanism"] == mechanism
+    assert kwargs["sasl_plain_username"] == "gs-geometry"
+    assert kwargs["sasl_plain_password"] == "pw-not-printed"
+    assert isinstance(kwargs["ssl_context"], ssl.SSLContext)
+    assert "sasl_oauth_token_provider" not in kwargs
+    assert "pw-not-printed" not in repr(conn)
+
+
+def test_sasl_plaintext_has_no_tls_context() -> None:
+    conn = KafkaConnection("k:9092", "SASL_PLAINTEXT", "PLAIN", "u", "p")
+    kwargs = _kafka(conn)
+    assert "ssl_context" not in kwargs and conn.ssl_context is None
+    assert kwargs["sasl_plain_username"] == "u"
+
+
+def test_oauthbearer_gets_the_file_token_provider(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t1\n")
+    conn = KafkaConnection("k:9093", "SASL_SSL", "OAUTHBEARER", oauth_token_file=str(token))
+    kwargs = _kafka(conn)
+    assert isinstance(kwargs["sasl_oauth_token_provider"], FileTokenProvider)
+    assert "sasl_plain_username" not in kwargs and "sasl_plain_password" not in kwargs
+    assert kwargs["sasl_oauth_token_provider"] is conn.token_provider  # one per connection
+
+
+def test_the_tls_context_verifies_and_is_built_once() -> None:
+    conn = KafkaConnection("k:9093", "SSL", ssl_ca_file=CA)
+    context = conn.ssl_context
+    assert context is conn.ssl_context
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname is True
+    assert any(c["subject"] for c in context.get_ca_certs())  # the CA file was loaded
+
+
+def test_check_hostname_off_still_verifies_the_chain() -> None:
+    conn = KafkaConnection("k:9093", "SSL", ssl_ca_file=CA, ssl_check_hostname=False)
+    assert conn.ssl_context.check_hostname is False
+    assert conn.ssl_context.verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize(
+    ("key", "password"), [("client.key", ""), ("client-encrypted.key", "test-key-password")]
+)
+def test_mutual_tls_loads_the_client_certificate(key: str, password: str) -> None:
+    conn = KafkaConnection(
+        "k:9093",
+        "SSL",
+        ssl_ca_file=CA,
+        ssl_cert_file=str(TLS / "client.crt"),
+        ssl_key_file=str(TLS / key),
+        ssl_key_password=password,
+    )
+    assert conn.ssl_context is not None  # a wrong key password raises ssl.SSLError here
+    assert "test-key-password" not in repr(conn)
+
+
+def test_a_wrong_key_password_is_refused() -> None:
+    conn = KafkaConnection(
+        "k:9093",
+        "SSL",
+        ssl_cert_file=str(TLS / "client.crt"),
+        ssl_key_file=str(TLS / "client-encrypted.key"),
+        ssl_key_password="wrong",
+    )
+    with pytest.raises(ssl.SSLError):
+        _ = conn.ssl_context
+
+
+def test_each_kind_of_client_gets_the_security() -> None:
+    conn = KafkaConnection("k:9093", "SASL_SSL", "SCRAM-SHA-512", "gs-judge", "pw", ssl_ca_file=CA)
+
+    async def build() -> None:
+        producer = clients.producer(conn, acks="all")
+        consumer = clients.consumer(conn, "t1", group_id="g")
+        admin = clients.admin(conn, client_id="groundstream-admin")
+        try:
+            for client in (producer.client, consumer._client, admin._client):
+                assert client._security_protocol == "SASL_SSL"
+                assert client._sasl_mechanism == "SCRAM-SHA-512"
+                assert client._sasl_plain_username == "gs-judge"
+                assert client._ssl_context is conn.ssl_context
+            assert consumer.subscription() == {"t1"}
+        finally:
+            await producer.stop()
+            await consumer.stop()
+            await admin.close()
+
+    asyncio.run(build())
+
+
+def test_a_client_cannot_override_the_security() -> None:
+    with pytest.raises(TypeError, match="security_protocol"):
+        clients.producer(KafkaConnection("k:1"), security_protocol="PLAINTEXT")
+
+
+def test_a_bare_string_is_a_plaintext_connection() -> None:
+    assert clients.connection("k:1") == KafkaConnection("k:1")
+    conn = KafkaConnection("k:1", "SSL")
+    assert clients.connection(conn) is conn
+
+
+def test_an_unknown_protocol_is_refused() -> None:
+    with pytest.raises(ValueError):
+        KafkaConnection("k:1", "TLS")
+
+
+def test_the_token_is_read_again_when_the_file_changes(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("first-token\n")
+    provider = FileTokenProvider(path)
+    assert asyncio.run(provider.token()) == "first-token"
+    reads = []
+    original = Path.read_text
+
+    def counting(self: Path, *a, **kw) -> str:
+        reads.append(self)
+        return original(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "read_text", counting)
+        assert provider.read() == "first-token"
+        assert reads == []  # unchanged file: the cached token
+        path.write_text("second-token-longer\n")
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        assert asyncio.run(provider.token()) == "second-token-longer"
+        assert reads == [path]
+    assert "token" not in repr(provider).replace(str(path), "")

@@ -1,0 +1,150 @@
+"""Every Kafka client groundstream makes is made here, from one `KafkaConnection`: the
+bootstrap servers and the cluster's security (TLS, SASL, an OAuth token file), so no
+producer, consumer or admin client can leave the security settings behind
+(tests/unit/test_kafka_clients.py walks the source for any other construction).
+
+`Settings.kafka()` (workers.runtime.settings) gives the connection of the
+`GROUNDSTREAM_KAFKA_*` variables, validated at start-up; a bare `KafkaConnection(servers)`
+is a PLAINTEXT one (a local broker, the tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.abc import AbstractTokenProvider
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+class FileTokenProvider(AbstractTokenProvider):
+    """SASL/OAUTHBEARER's token, read from a file each time the client asks: a sidecar or
+    a projected service-account token keeps the file fresh, and a new token is used from
+    the next (re)authentication on. The file is read again only when its mtime (or size)
+    changed; surrounding whitespace is stripped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._seen: tuple[int, int] | None = None
+        self._token = ""
+
+    def read(self) -> str:
+        stat = self.path.stat()
+        seen = (stat.st_mtime_ns, stat.st_size)
+        if seen != self._seen:
+            self._token = self.path.read_text(encoding="utf-8").strip()
+            self._seen = seen
+        return self._token
+
+    async def token(self) -> str:
+        return await asyncio.to_thread(self.read)
+
+    def __repr__(self) -> str:
+        return f"FileTokenProvider({str(self.path)!r})"
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Where the cluster is and how to prove who we are to it. Secrets never print."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+    oauth_token_file: str = ""
+    ssl_ca_file: str = ""
+    ssl_cert_file: str = ""
+    ssl_key_file: str = ""
+    ssl_key_password: str = field(default="", repr=False)
+    ssl_check_hostname: bool = True
+
+    def __post_init__(self) -> None:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security protocol {self.security_protocol!r}")
+        if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ValueError(f"SASL mechanism {self.sasl_mechanism!r}")
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @cached_property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """One context per connection, shared by all its clients (None without TLS): the
+        system's trust store, or GROUNDSTREAM_KAFKA_SSL_CA_FILE; a client certificate for
+        mutual TLS; the host name checked unless turned off."""
+        if not self.uses_ssl:
+            return None
+        context = create_ssl_context(
+            cafile=self.ssl_ca_file or None,
+            certfile=self.ssl_cert_file or None,
+            keyfile=self.ssl_key_file or None,
+            password=self.ssl_key_password or None,
+        )
+        context.check_hostname = self.ssl_check_hostname
+        return context
+
+    @cached_property
+    def token_provider(self) -> FileTokenProvider | None:
+        if self.uses_sasl and self.sasl_mechanism == "OAUTHBEARER":
+            return FileTokenProvider(self.oauth_token_file)
+        return None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """What every aiokafka client gets from the connection."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
+        if self.uses_ssl:
+            kwargs["ssl_context"] = self.ssl_context
+        if self.uses_sasl:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            if self.sasl_mechanism == "OAUTHBEARER":
+                kwargs["sasl_oauth_token_provider"] = self.token_provider
+            else:
+                kwargs["sasl_plain_username"] = self.sasl_username
+                kwargs["sasl_plain_password"] = self.sasl_password
+        return kwargs
+
+
+def connection(kafka: KafkaConnection | str) -> KafkaConnection:
+    """`kafka` itself, or a PLAINTEXT connection to the servers a bare string names (an
+    agent's client on a local broker; the services take theirs from `Settings.kafka()`)."""
+    return kafka if isinstance(kafka, KafkaConnection) else KafkaConnection(kafka)
+
+
+def _merged(conn: KafkaConnection, options: dict[str, Any]) -> dict[str, Any]:
+    kwargs = conn.client_kwargs()
+    clash = sorted(set(kwargs) & set(options))
+    if clash:
+        raise TypeError(f"set by the connection, not per client: {', '.join(clash)}")
+    return {**kwargs, **options}
+
+
+def producer(conn: KafkaConnection, **options: Any) -> AIOKafkaProducer:
+    """An unstarted producer on `conn`; `options` are aiokafka's own (acks, ...)."""
+    return AIOKafkaProducer(**_merged(conn, options))
+
+
+def consumer(conn: KafkaConnection, *topics: str, **options: Any) -> AIOKafkaConsumer:
+    """An unstarted consumer on `conn`, subscribed to `topics` if any."""
+    return AIOKafkaConsumer(*topics, **_merged(conn, options))
+
+
+def admin(conn: KafkaConnection, **options: Any) -> AIOKafkaAdminClient:
+    """An unstarted admin client on `conn`."""
+    return AIOKafkaAdminClient(**_merged(conn, options))
