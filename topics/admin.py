@@ -8,12 +8,15 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
-from aiokafka.admin import NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from topics import clients
 from topics.clients import KafkaConnection
 from topics.names import TOPIC_SPECS, TopicSpec
+
+TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
 
 VISIBLE_TIMEOUT_S = 30.0
 """How long `create_topics` waits for the broker's metadata to list what it created."""
@@ -22,14 +25,32 @@ VISIBLE_TIMEOUT_S = 30.0
 async def missing_topics(
     conn: KafkaConnection, prefix: str, specs: Iterable[TopicSpec] = TOPIC_SPECS
 ) -> list[str]:
-    """Names of the ladder's topics that do not exist on the cluster yet."""
+    """Names of the ladder's topics that do not exist on the cluster yet.
+
+    A cluster lists only the topics a principal may describe: a topic that is not listed
+    is described by name, and one the broker will not describe raises
+    TopicAuthorizationFailedError (an ACL is missing), rather than reading as missing."""
+    names = [spec.topic.full(prefix) for spec in specs]
     admin = clients.admin(conn, client_id="groundstream-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        unlisted = [name for name in names if name not in existing]
+        described = await _describe_without_creating(admin, unlisted) if unlisted else []
     finally:
         await admin.close()
-    return [spec.topic.full(prefix) for spec in specs if spec.topic.full(prefix) not in existing]
+    refused = {d["topic"] for d in described if d["error_code"] == TOPIC_AUTHORIZATION_FAILED}
+    if refused:
+        raise TopicAuthorizationFailedError(refused)
+    return unlisted
+
+
+async def _describe_without_creating(admin: AIOKafkaAdminClient, names: list[str]) -> list:
+    """The metadata of `names` (aiokafka's `describe_topics` asks the broker to create a
+    topic it does not know, which a cluster with auto-creation on would do, with none of
+    our topics' configs)."""
+    response = await admin._send_request(MetadataRequest(names, allow_auto_topic_creation=False))
+    return response.to_object()["topics"]
 
 
 async def create_topics(

@@ -178,26 +178,28 @@ def _terminal_id(topic: Topic, value: bytes, headers: list[tuple[str, bytes]]) -
     return loads(value)["candidate"]["id"]
 
 
-async def read_topic(bootstrap: str, topic: str) -> list:
+async def read_topic(bootstrap: str, topic: str, **client: object) -> list:
+    """`client`: aiokafka's connection settings on a secured broker (its admin's)."""
     return await consume_all(
         bootstrap,
         topic,
         timeout=60,
         isolation_level="read_committed",
         max_partition_fetch_bytes=8 << 20,
+        **client,
     )
 
 
-async def audit(bootstrap: str, prefix: str, ids: list[str]) -> Figures:
+async def audit(bootstrap: str, prefix: str, ids: list[str], **client: object) -> Figures:
     """Every terminal topic and `decisions`, committed messages only, counted by id."""
     placed: dict[str, list[str]] = defaultdict(list)
     for topic in TERMINAL:
-        for r in await read_topic(bootstrap, topic.full(prefix)):
+        for r in await read_topic(bootstrap, topic.full(prefix), **client):
             cid = _terminal_id(topic, r.value, list(r.headers or ()))
             placed[cid or f"?{r.partition}/{r.offset}"].append(topic.value)
     outcome_topics: dict[str, list[str]] = defaultdict(list)
     superseded = 0
-    for r in await read_topic(bootstrap, Topic.DECISIONS.full(prefix)):
+    for r in await read_topic(bootstrap, Topic.DECISIONS.full(prefix), **client):
         record = loads(r.value)
         if record["stage"] == "outcome":
             outcome_topics[record["candidate_id"]].append(record["topic"])
@@ -225,7 +227,9 @@ async def outcomes_so_far(bootstrap: str, prefix: str) -> int:
     return len({loads(r.value)["candidate_id"] for r in records if b'"stage":"outcome"' in r.value})
 
 
-async def wait_for_outcomes(bootstrap: str, prefix: str, ids: list[str], timeout: float) -> int:
+async def wait_for_outcomes(
+    bootstrap: str, prefix: str, ids: list[str], timeout: float, **client: object
+) -> int:
     """Follow `decisions` (committed records only) until every id has an outcome record or
     `timeout` seconds pass; returns how many ids have one."""
     topic = Topic.DECISIONS.full(prefix)
@@ -235,6 +239,7 @@ async def wait_for_outcomes(bootstrap: str, prefix: str, ids: list[str], timeout
         enable_auto_commit=False,
         isolation_level="read_committed",
         max_partition_fetch_bytes=8 << 20,
+        **client,
     )
     await consumer.start()
     wanted, seen = set(ids), set()

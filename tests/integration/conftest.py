@@ -168,7 +168,8 @@ async def consume_all(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     records: list[ConsumerRecord] = []
-    partitions = await wait_for_partitions(bootstrap, topic, deadline)
+    security = {k: v for k, v in consumer_kwargs.items() if k in SECURITY_KWARGS}
+    partitions = await wait_for_partitions(bootstrap, topic, deadline, **security)
     if not partitions:
         return records
     consumer = AIOKafkaConsumer(
@@ -205,10 +206,22 @@ async def consume_all(
         await consumer.stop()
 
 
-async def wait_for_partitions(bootstrap: str, topic: str, deadline: float) -> list[int]:
-    """Partition ids of ``topic`` once the broker knows it (empty list at ``deadline``)."""
+SECURITY_KWARGS = frozenset(
+    {
+        *("security_protocol", "ssl_context", "sasl_mechanism"),
+        *("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider"),
+    }
+)
+"""aiokafka's connection settings, which every client on a secured broker needs."""
+
+
+async def wait_for_partitions(
+    bootstrap: str, topic: str, deadline: float, **security: Any
+) -> list[int]:
+    """Partition ids of ``topic`` once the broker knows it (empty list at ``deadline``);
+    ``security``: aiokafka's connection settings on a secured broker."""
     loop = asyncio.get_running_loop()
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security)
     await admin.start()
     try:
         while True:

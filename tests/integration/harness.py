@@ -80,12 +80,6 @@ def local_broker(bootstrap: str) -> Iterator[bool]:
 
 # ---------------------------------------------------- secured / several nodes --
 
-# Kafka's AclOperation / ResourceType / PatternType / AclPermissionType codes.
-ACL_OPS = {"ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7, "DESCRIBE": 8}
-ACL_RESOURCES = {"TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5}
-ACL_PATTERNS = {"LITERAL": 3, "PREFIXED": 4}
-_ACL_ALLOW = 3
-
 
 def free_port_block(count: int, *, low: int = 20000, high: int = 32000) -> int:
     """A base port B with B..B+count-1 all free on 127.0.0.1 (below the ephemeral range)."""
@@ -163,33 +157,24 @@ class LocalCluster:
     async def grant(
         self, principal: str, resource: str, name: str, *ops: str, pattern: str = "LITERAL"
     ) -> None:
-        """Allow `principal` (e.g. "User:judge") OPS on a resource, as admin.
+        """Allow `principal` (e.g. "User:judge") OPS on a resource, as admin, through the
+        very request `groundstream acls --apply` sends."""
+        from workers.runtime import acls
+        from workers.runtime.settings import Settings
 
-        aiokafka's admin client has no create_acls (0.14); its protocol module has the
-        CreateAcls request, sent here through the admin client's connection.
-        """
-        from aiokafka.admin import AIOKafkaAdminClient
-        from aiokafka.protocol.admin import CreateAclsRequest
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.client_kwargs())
-        await admin.start()
-        try:
-            for op in ops:
-                req = CreateAclsRequest(
-                    ACL_RESOURCES[resource],
+        await acls.apply(
+            Settings.from_env(self.client_env()),
+            [
+                acls.AclBinding(
+                    acls.ResourceType[resource],
+                    acls.PatternType[pattern],
                     name,
-                    ACL_PATTERNS[pattern],
+                    acls.Operation[op],
                     principal,
-                    "*",
-                    ACL_OPS[op],
-                    _ACL_ALLOW,
                 )
-                resp = await admin._send_request(req)
-                errors = [r for r in resp.creation_responses if r[0] != 0]
-                if errors:
-                    raise AssertionError(f"CreateAcls {principal} {op} {resource}:{name}: {errors}")
-        finally:
-            await admin.close()
+                for op in ops
+            ],
+        )
 
     # -- nodes --
 

@@ -180,7 +180,7 @@ def run_kafka(call: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(call)
 
 
-def require_broker(settings: Settings) -> None:
+def require_broker(settings: Settings, stage: str | None = None) -> None:
     """A service refuses to start without its broker and topics (it would sit idle, or
     log a retry every few seconds); later outages are its own to ride out."""
     from workers.runtime.refusals import forget_connect_errors
@@ -188,6 +188,6 @@ def require_broker(settings: Settings) -> None:
 
     quiet_kafka()
     try:
-        require_topics(settings)  # TopicsMissing: one line, by `Cli`
+        require_topics(settings, stage)  # TopicsMissing: one line, by `Cli`
     finally:
         forget_connect_errors()  # the running service logs the client as before

@@ -22,7 +22,7 @@ def worker(stage: str, policy: str | None) -> None:
         raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
     settings = load_settings(policy)
     load_policy(settings)  # fail at start-up on a bad policy, naming the setting
-    require_broker(settings)
+    require_broker(settings, None if stage == "all" else stage)
     if stage == "all":
         sys.exit(run_all(settings, policy))
     run_stage(stage, settings)

@@ -204,12 +204,17 @@ causes, the connection error aiokafka logged) gives the line."""
 
 
 def kafka_refusal(
-    exc: BaseException, bootstrap: str, conn: KafkaConnection | None = None
+    exc: BaseException,
+    bootstrap: str,
+    conn: KafkaConnection | None = None,
+    stage: str | None = None,
 ) -> str | None:
-    """The one line for a refusal by the cluster, else None (see the module docstring)."""
+    """The one line for a refusal by the cluster, else None (see the module docstring).
+    `stage`: the stage being started, whose ACLs the line's `groundstream acls` grants."""
     chain = list(_chain(exc))
     for refusal in REFUSALS:
         for e in chain:
             if refusal.match(e, conn):
-                return refusal.line(e, bootstrap, conn)
+                line = refusal.line(e, bootstrap, conn)
+                return line if stage is None else line.replace("--stage NAME", f"--stage {stage}")
     return None

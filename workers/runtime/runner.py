@@ -38,11 +38,13 @@ class TopicsMissing(GroundstreamError, RuntimeError):
     retryable = True
 
 
-def require_topics(settings: Settings) -> None:
+def require_topics(settings: Settings, stage: str | None = None) -> None:
+    """Every topic of the ladder exists and is visible to this principal; else one line
+    (`stage`: the one being started, named in the ACL command a refusal suggests)."""
     try:
         missing = asyncio.run(missing_topics(settings.kafka(), settings.topic_prefix))
     except KafkaError as exc:
-        refused = kafka_refusal(exc, settings.bootstrap_servers, settings.kafka())
+        refused = kafka_refusal(exc, settings.bootstrap_servers, settings.kafka(), stage)
         raise TopicsMissing(
             refused
             or f"cannot reach Kafka at {settings.bootstrap_servers} "

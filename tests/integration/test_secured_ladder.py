@@ -1,0 +1,202 @@
+"""The whole ladder on the cluster users run: a SASL_SSL broker with an authorizer that
+denies what no ACL allows, every stage its own principal holding only what
+`groundstream acls` granted it, and the agent a principal of its own.
+
+* Every candidate gets exactly one outcome, as on the open broker.
+* The geometry principal is refused by the broker when it tries to write `state`: the
+  gate is the broker's, not the stages' good manners.
+* A wrong password, an untrusted broker certificate, a plaintext client on the TLS port
+  and a missing ACL each end a command in one line that says what was refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from tests.faults.chaos import audit, candidates, wait_for_outcomes
+from topics import clients
+from topics.names import Topic
+from workers.runtime.ladder import STAGE_NAMES
+from workers.runtime.settings import Settings
+
+from .harness import REPO_ROOT, BrokerStartError, LocalCluster, Workers, cli, secure_broker
+
+N = 40
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+POLICY = FIXTURES / "ladder" / "policy.toml"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    try:
+        with secure_broker(tmp_path_factory.mktemp("secured") / "kafka") as cluster:
+            yield cluster
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def env_as(cluster: LocalCluster, user: str, prefix: str, data: Path, **extra: str) -> dict:
+    """A process's environment as `user` on the secured broker: the admin's settings
+    from local.sh's client.env, with this user's name and password file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+    env |= cluster.client_env()
+    env |= {
+        "GROUNDSTREAM_KAFKA_SASL_USERNAME": user,
+        "GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE": str(
+            cluster.run_dir / "users" / f"{user}.password"
+        ),
+        "GROUNDSTREAM_TOPIC_PREFIX": prefix,
+        "GROUNDSTREAM_PARTITIONS": "2",
+        "GROUNDSTREAM_DATA_DIR": str(data),
+        "GROUNDSTREAM_BATCH_WITHIN": "0.02",
+        "GROUNDSTREAM_BATCH_SIZE": "16",
+        "GROUNDSTREAM_POLICY": str(POLICY),
+        "GROUNDSTREAM_LOG_LEVEL": "info",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    return env | extra
+
+
+def groundstream(env: dict, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def ladder(secure: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Topics made and ACLs granted by the admin; then every stage as its own principal,
+    each holding only what `groundstream acls --stage NAME` granted it."""
+    tmp = tmp_path_factory.mktemp("ladder")
+    prefix = f"sec-{uuid.uuid4().hex[:8]}."
+    admin = env_as(secure, "admin", prefix, tmp / "data")
+    cli(admin, "topics", "create")
+    for stage in (*STAGE_NAMES, "client"):
+        cli(admin, "acls", "--stage", stage, "--principal", f"User:{stage}", "--apply")
+    workers = [
+        Workers(env_as(secure, stage, prefix, tmp / "data"), stage, tmp / f"{stage}.log")
+        for stage in STAGE_NAMES
+    ]
+    try:
+        for w in workers:
+            w.start()
+        yield {"prefix": prefix, "tmp": tmp, "admin": admin}
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def test_every_stage_as_its_own_principal_gives_every_candidate_one_outcome(
+    secure: LocalCluster, ladder: dict
+) -> None:
+    prefix = ladder["prefix"]
+    batch = candidates(N, sessions=10)
+    client = Settings.from_env(env_as(secure, "client", prefix, ladder["tmp"] / "data"))
+
+    async def produce() -> None:  # as the agent's principal, which may write only candidates
+        producer = clients.producer(client.kafka(), acks="all", enable_idempotence=True)
+        await producer.start()
+        try:
+            for _cid, key, value in batch:
+                await producer.send(client.topic(Topic.CANDIDATES), value, key=key)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    ids = [cid for cid, _, _ in batch]
+    kafka = secure.client_kwargs("admin")
+    got = asyncio.run(wait_for_outcomes(secure.bootstrap, prefix, ids, 180, **kafka))
+    assert got == N
+    figures = asyncio.run(audit(secure.bootstrap, prefix, ids, **kafka))
+    print(figures.render())
+    figures.assert_exactly_once()
+
+
+def test_the_broker_refuses_the_geometry_principal_a_write_to_state(
+    secure: LocalCluster, ladder: dict
+) -> None:
+    settings = Settings.from_env(env_as(secure, "geometry", ladder["prefix"], ladder["tmp"]))
+
+    async def forge() -> None:
+        producer = clients.producer(settings.kafka(), acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.topic(Topic.STATE), b'{"forged": true}')
+        finally:
+            await producer.stop()
+
+    with pytest.raises(TopicAuthorizationFailedError):
+        asyncio.run(forge())
+
+    # The same principal may write what geometry writes.
+    async def scored() -> None:
+        producer = clients.producer(settings.kafka(), acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.topic(Topic.SCORED), b"{}", key=b"k")
+        finally:
+            await producer.stop()
+
+    asyncio.run(scored())
+
+
+def test_each_refusal_is_one_line_naming_what_was_refused(
+    secure: LocalCluster, ladder: dict, tmp_path: Path
+) -> None:
+    prefix = ladder["prefix"]
+    as_rules = env_as(secure, "rules", prefix, tmp_path)
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    line = one_line(
+        groundstream(
+            as_rules | {"GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE": str(wrong)}, "topics", "create"
+        )
+    )
+    assert "refused user 'rules'" in line and "SCRAM-SHA-512" in line, line
+    assert "not-the-password" not in line
+
+    other_ca = FIXTURES / "tls" / "client.crt"  # a self-signed certificate: not its CA
+    line = one_line(
+        groundstream(
+            as_rules | {"GROUNDSTREAM_KAFKA_SSL_CA_FILE": str(other_ca)}, "topics", "create"
+        )
+    )
+    assert "is not trusted" in line and "GROUNDSTREAM_KAFKA_SSL_CA_FILE" in line, line
+
+    plaintext = {k: v for k, v in as_rules.items() if not k.startswith("GROUNDSTREAM_KAFKA_")}
+    line = one_line(groundstream(plaintext, "topics", "create"))
+    assert "GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL" in line and "TLS" in line, line
+
+    # rules holds its own ACLs only: the switch's input is not its to read.
+    line = one_line(groundstream(as_rules, "consume", "scored", "--timeout", "5"))
+    assert "refused User:rules" in line and "groundstream acls" in line, line
+
+
+def test_a_worker_whose_principal_lacks_its_acls_stops_at_start_up_in_one_line(
+    secure: LocalCluster, ladder: dict, tmp_path: Path
+) -> None:
+    """The dashboard's principal was granted nothing (in this module): as the rules stage
+    it may not even see the ladder's topics."""
+    as_dashboard = env_as(secure, "dashboard", ladder["prefix"], tmp_path)
+    line = one_line(groundstream(as_dashboard, "worker", "rules"))
+    assert "User:dashboard" in line and "groundstream acls --stage rules" in line, line
