@@ -41,6 +41,12 @@ bootstrap_option = click.option(
     show_default="GROUNDSTREAM_BOOTSTRAP_SERVERS or 127.0.0.1:9092",
     help="Broker; started with deploy/kafka/local.sh when none answers (never stopped).",
 )
+tls_option = click.option(
+    "--tls",
+    is_flag=True,
+    help="Run it over plaintext and over SASL_SSL (a secured broker of its own), side by"
+    " side, alternating; the figure is the secured rate over the plaintext one.",
+)
 json_option = click.option(
     "--json",
     "json_path",
@@ -123,15 +129,34 @@ def claims(n: int, threads: int | None, backend: str, json_path: Path | None) ->
     help="Run the switch worker under cProfile, write the stats here and print the top.",
 )
 @click.option("--batch-size", type=int, default=None, help="The switch worker's batch size.")
+@tls_option
 @json_option
 def switch(
-    bootstrap: str, n: int, profile: Path | None, batch_size: int | None, json_path: Path | None
+    bootstrap: str,
+    n: int,
+    profile: Path | None,
+    batch_size: int | None,
+    tls: bool,
+    json_path: Path | None,
 ) -> None:
-    """The switch stage vs a bare aiokafka consume-produce loop, same envelopes (goal >= 0.5)."""
+    """The switch stage vs a bare aiokafka consume-produce loop, same envelopes (goal >= 0.5);
+    with --tls, the switch stage's rate over SASL_SSL against plaintext (goal >= 0.85)."""
+    from dataclasses import replace
+
     from workers.bench import switch as s
 
     opts = s.Options(bootstrap, n, profile=profile, batch_size=batch_size)
-    _finish(lambda: s.run(opts), json_path)
+    if not tls:
+        _finish(lambda: s.run(opts), json_path)
+        return
+    from workers.bench.tls import side_by_side
+
+    def one(at: str) -> Result:
+        return s.run(replace(opts, bootstrap=at))
+
+    _finish(
+        lambda: side_by_side("switch", bootstrap, one, lambda r: r.rates["switch/s"]), json_path
+    )
 
 
 data_option = click.option(
@@ -149,13 +174,28 @@ data_option = click.option(
 @click.option("--rate", type=float, default=5.0, show_default=True, help="Candidates per second.")
 @click.option("--seconds", type=float, default=60.0, show_default=True, help="How long.")
 @data_option
+@tls_option
 @json_option
-def latency(bootstrap: str, rate: float, seconds: float, data: str, json_path: Path | None) -> None:
-    """Produce to `state` on the accept path, p50/p99 (goal p99 <= 2 x encode + 50 ms)."""
+def latency(
+    bootstrap: str, rate: float, seconds: float, data: str, tls: bool, json_path: Path | None
+) -> None:
+    """Produce to `state` on the accept path, p50/p99 (goal p99 <= 2 x encode + 50 ms);
+    with --tls, 1/p50 over SASL_SSL against plaintext (goal >= 0.85)."""
     from workers.bench import latency as lat
 
     opts = lat.Options(bootstrap, rate, seconds, data)
-    _finish(lambda: lat.run(opts), json_path)
+    if not tls:
+        _finish(lambda: lat.run(opts), json_path)
+        return
+    from workers.bench.tls import side_by_side
+
+    def one(at: str) -> Result:
+        return lat.run(lat.Options(at, rate, seconds, data))
+
+    _finish(
+        lambda: side_by_side("latency", bootstrap, one, lambda r: 1000 / r.rates["p50 ms"]),
+        json_path,
+    )
 
 
 @bench.command()

@@ -39,11 +39,22 @@ class BenchError(GroundstreamError, RuntimeError):
     """The bench could not get what it needs (broker, workers) or its outputs never came."""
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on at 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def broker_answers(bootstrap: str, timeout: float = 5.0) -> bool:
     from aiokafka.client import AIOKafkaClient
 
     async def probe() -> None:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+        client = AIOKafkaClient(
+            **connection(bootstrap).client_kwargs(), request_timeout_ms=int(timeout * 1000)
+        )
         try:
             await asyncio.wait_for(client.bootstrap(), timeout)
         finally:
@@ -127,7 +138,12 @@ class Bench:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+        # The connection's security (GROUNDSTREAM_KAFKA_*) is the bench's own, the rest set here.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("GROUNDSTREAM_") or k.startswith("GROUNDSTREAM_KAFKA_")
+        }
         env.update(
             GROUNDSTREAM_BOOTSTRAP_SERVERS=self.bootstrap,
             GROUNDSTREAM_TOPIC_PREFIX=self.prefix,

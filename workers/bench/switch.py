@@ -16,6 +16,7 @@ import asyncio
 import pstats
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from topics.codec import dumps, loads
@@ -38,8 +39,10 @@ class Options:
     batch_size: int | None = None  # GROUNDSTREAM_BATCH_SIZE of the switch worker
 
 
+@cache
 def scored_envelopes(n: int) -> list[tuple[bytes, bytes]]:
-    """`n` (key, value) scored envelopes, as the geometry stage writes them."""
+    """`n` (key, value) scored envelopes, as the geometry stage writes them (once per
+    process: `--tls` runs the bench four times on the same envelopes)."""
     from workers.interfaces import Emit
     from workers.runtime.embedded import EmbeddedBus
     from workers.runtime.settings import Settings

@@ -211,6 +211,10 @@ OTHER_VARIABLES = frozenset(
         "GROUNDSTREAM_KAFKA_HEAP",
         "GROUNDSTREAM_KAFKA_TIMEOUT",
         "GROUNDSTREAM_KAFKA_CACHE",
+        "GROUNDSTREAM_KAFKA_SECURE",  # deploy/kafka/local.sh: SASL_SSL and the authorizer
+        "GROUNDSTREAM_KAFKA_NODES",  # deploy/kafka/local.sh: how many nodes
+        "GROUNDSTREAM_KAFKA_NODE",  # deploy/kafka/local.sh logs: which node's
+        "GROUNDSTREAM_KAFKA_USERS",  # deploy/kafka/local.sh: the SCRAM users it makes
     }
 )
 """`GROUNDSTREAM_*` variables read elsewhere than `Settings`: not warned about."""
