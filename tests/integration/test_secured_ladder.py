@@ -15,6 +15,8 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,9 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from tests.faults.chaos import audit, candidates, wait_for_outcomes
 from topics import clients
+from topics.codec import loads
 from topics.names import Topic
+from workers.bench.procs import free_port
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import Settings
 
@@ -89,9 +93,21 @@ def ladder(secure: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     tmp = tmp_path_factory.mktemp("ladder")
     prefix = f"sec-{uuid.uuid4().hex[:8]}."
     admin = env_as(secure, "admin", prefix, tmp / "data")
-    cli(admin, "topics", "create")
-    for stage in (*STAGE_NAMES, "client"):
+    source = f"{prefix}answers"
+    cli(admin, "topics", "create", "--also", source)
+    for stage in (*STAGE_NAMES, "review", "dashboard", "client"):
         cli(admin, "acls", "--stage", stage, "--principal", f"User:{stage}", "--apply")
+    cli(
+        admin,
+        "acls",
+        "--stage",
+        "attach",
+        "--source",
+        source,
+        "--principal",
+        "User:attach",
+        "--apply",
+    )
     workers = [
         Workers(env_as(secure, stage, prefix, tmp / "data"), stage, tmp / f"{stage}.log")
         for stage in STAGE_NAMES
@@ -99,7 +115,7 @@ def ladder(secure: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         for w in workers:
             w.start()
-        yield {"prefix": prefix, "tmp": tmp, "admin": admin}
+        yield {"prefix": prefix, "tmp": tmp, "admin": admin, "source": source}
     finally:
         for w in workers:
             w.stop()
@@ -195,8 +211,62 @@ def test_each_refusal_is_one_line_naming_what_was_refused(
 def test_a_worker_whose_principal_lacks_its_acls_stops_at_start_up_in_one_line(
     secure: LocalCluster, ladder: dict, tmp_path: Path
 ) -> None:
-    """The dashboard's principal was granted nothing (in this module): as the rules stage
+    """The recorder's principal was granted nothing (in this module): as the rules stage
     it may not even see the ladder's topics."""
-    as_dashboard = env_as(secure, "dashboard", ladder["prefix"], tmp_path)
-    line = one_line(groundstream(as_dashboard, "worker", "rules"))
-    assert "User:dashboard" in line and "groundstream acls --stage rules" in line, line
+    as_recorder = env_as(secure, "recorder", ladder["prefix"], tmp_path)
+    line = one_line(groundstream(as_recorder, "worker", "rules"))
+    assert "User:recorder" in line and "groundstream acls --stage rules" in line, line
+
+
+def test_review_dashboard_and_attach_run_as_their_own_principals(
+    secure: LocalCluster, ladder: dict, tmp_path: Path
+) -> None:
+    prefix, source = ladder["prefix"], ladder["source"]
+    listed = groundstream(env_as(secure, "review", prefix, tmp_path), "review", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    parked = [loads(line) for line in listed.stdout.splitlines()]  # one JSON line each
+    assert all(item["candidate_id"] for item in parked), parked
+
+    admin = Settings.from_env(ladder["admin"])
+
+    async def answers() -> None:  # what the user's own topic carries: not all candidates
+        producer = clients.producer(admin.kafka(), acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(source, b'{"object": "not a chat completion"}')
+            await producer.send_and_wait(source, b"{not json")
+        finally:
+            await producer.stop()
+
+    asyncio.run(answers())
+    as_attach = env_as(secure, "attach", prefix, tmp_path)
+    ran = groundstream(
+        as_attach, "attach", "--source", source, "--preset", "openai-chat", "--until-idle", "3"
+    )
+    assert ran.returncode == 0, ran.stderr
+    counts = dict(p.split("=") for p in ran.stderr.strip().splitlines()[-1].split()[1:])
+    assert sum(int(counts[k]) for k in ("candidates", "pass_through", "deadletter")) == 2, counts
+
+    port = free_port()
+    as_dashboard = env_as(secure, "dashboard", prefix, tmp_path, GROUNDSTREAM_WEB_PORT=str(port))
+    log = (tmp_path / "dashboard.log").open("wb")
+    dashboard = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "dashboard"],
+        env=as_dashboard, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        records = 0
+        deadline = time.monotonic() + 90
+        while records == 0 and time.monotonic() < deadline:
+            assert dashboard.poll() is None, (tmp_path / "dashboard.log").read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/decisions") as r:
+                    records = loads(r.read())["records"]
+            except OSError:
+                pass
+            time.sleep(1)
+        assert records > 0, (tmp_path / "dashboard.log").read_text()  # the feed reads decisions
+    finally:
+        dashboard.terminate()
+        dashboard.wait(30)
+        log.close()

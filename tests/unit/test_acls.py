@@ -53,6 +53,7 @@ READS: dict[str, set[Topic]] = {
     "recorder": {T.DECISIONS, T.AUDIT_HEADS, T.CONTROL},
     "review": {T.DECISIONS, T.CONTROL, T.REVIEW, T.CANDIDATES},
     "dashboard": {T.DECISIONS, T.CONTROL, T.REVIEW},
+    "attach": {T.CANDIDATES, T.DEADLETTER},  # the ids already there; and its SOURCE
     "client": {T.OUTCOMES, T.STATE},
 }
 WRITES: dict[str, set[Topic]] = {
@@ -65,18 +66,23 @@ WRITES: dict[str, set[Topic]] = {
     "recorder": {T.AUDIT, T.DECISIONS_PUBLIC, T.AUDIT_HEADS},
     "review": {T.CONTROL, T.DECISIONS, T.CONCLUDED, T.RULES},
     "dashboard": {T.CONTROL, T.DECISIONS, T.CONCLUDED, T.RULES},
+    "attach": {T.CANDIDATES, T.DEADLETTER, T.DECISIONS},  # and its pass-through topic
     "client": {T.CANDIDATES},
 }
+SOURCE = "answers"
+"""`attach`'s source topic in these tests: the user's own, never prefixed."""
 LOOPS = ("geometry", "switch", "consistency", "judge", "rules", "terminal", "recorder")
 """The principals that run a `StageLoop`: a group and transactional ids of their own."""
 
 
 def topics(acl: list[AclBinding], op: Operation, prefix: str = "") -> set[Topic]:
-    return {
-        Topic(b.name.removeprefix(prefix))
+    """The ladder's topics among `acl`'s topic bindings for `op` (not the user's own)."""
+    named = {
+        b.name.removeprefix(prefix)
         for b in acl
         if b.resource_type is ResourceType.TOPIC and b.operation is op
     }
+    return {t for t in Topic if t.value in named}
 
 
 def of(acl: list[AclBinding], kind: ResourceType) -> list[AclBinding]:
@@ -89,7 +95,7 @@ def test_every_stage_has_a_row_here() -> None:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_reads_and_writes_exactly_what_the_code_does(stage: str) -> None:
-    acl = bindings(stage, f"User:{stage}", Names())
+    acl = bindings(stage, f"User:{stage}", Names(source=SOURCE))
     assert topics(acl, Operation.READ) == READS[stage]
     assert topics(acl, Operation.WRITE) == WRITES[stage]
     assert all(b.principal == f"User:{stage}" and b.host == "*" for b in acl)
@@ -99,9 +105,13 @@ def test_reads_and_writes_exactly_what_the_code_does(stage: str) -> None:
 
 def test_only_the_terminal_writer_writes_state_the_terminal_topics_and_the_ledger() -> None:
     for stage in STAGES:
-        written = topics(bindings(stage, "User:x", Names()), Operation.WRITE)
+        written = topics(bindings(stage, "User:x", Names(source=SOURCE)), Operation.WRITE)
         delivered = written & {*TERMINAL, T.OUTCOMES}
-        assert delivered == (set() if stage != "terminal" else {*TERMINAL, T.OUTCOMES}), stage
+        expected = {
+            "terminal": {*TERMINAL, T.OUTCOMES},
+            "attach": {T.DEADLETTER},  # what it cannot map, with its outcome: no writer follows
+        }
+        assert delivered == expected.get(stage, set()), stage
 
 
 def test_geometry_in_full() -> None:
@@ -145,8 +155,13 @@ def test_review_routes_under_its_own_transactional_prefix_in_no_group() -> None:
 
 def test_the_prefix_names_every_topic_group_and_transactional_id() -> None:
     for stage in STAGES:
-        acl = bindings(stage, "User:x", Names("t1."))
-        named = [b for b in acl if b.resource_type is not ResourceType.CLUSTER]
+        acl = bindings(stage, "User:x", Names("t1.", SOURCE))
+        named = [
+            b
+            for b in acl
+            if b.resource_type is not ResourceType.CLUSTER
+            and not b.name.startswith(SOURCE)  # the user's own topics keep their names
+        ]
         assert all(b.name.startswith("t1.") for b in named), stage
         assert topics(acl, Operation.WRITE, "t1.") == WRITES[stage]
 
@@ -364,7 +379,7 @@ def acl_table() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for stage in STAGES:
-        acl = bindings(stage, "User:x", Names())
+        acl = bindings(stage, "User:x", Names(source=SOURCE))
         rows.append(
             f"| `{stage}` | {names(acl, Operation.READ)} | {names(acl, Operation.WRITE)}"
             f" | {named(acl, ResourceType.GROUP)} | {named(acl, ResourceType.TRANSACTIONAL_ID)} |"
@@ -376,3 +391,27 @@ def test_the_deploy_readme_table_is_what_the_command_grants() -> None:
     readme = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
     unindented = "\n".join(line.strip() for line in readme.splitlines())
     assert acl_table() in unindented, acl_table()
+
+
+def test_attach_reads_its_source_and_creates_and_writes_its_pass_through_only() -> None:
+    acl = bindings("attach", "User:attach", Names("t1.", SOURCE))
+    own = {(b.name, b.operation) for b in acl if b.name.startswith(SOURCE)}
+    assert own == {
+        (SOURCE, Operation.READ),
+        (SOURCE, Operation.DESCRIBE),
+        (f"{SOURCE}.passthrough", Operation.WRITE),
+        (f"{SOURCE}.passthrough", Operation.CREATE),
+        (f"{SOURCE}.passthrough", Operation.DESCRIBE),
+    }
+    assert [b.name for b in of(acl, ResourceType.GROUP)] == ["t1.groundstream-attach"]
+    assert not of(acl, ResourceType.TRANSACTIONAL_ID)
+    other = bindings("attach", "User:attach", Names(source=SOURCE, pass_through="mine"))
+    assert ("mine", Operation.CREATE) in {(b.name, b.operation) for b in other}
+
+
+def test_attach_without_its_source_is_one_line_naming_the_option() -> None:
+    result = CliRunner().invoke(main, ["acls", "--stage", "attach", "--principal", "User:a"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "Error: --stage attach needs --source, the topic it gates"
+    ]

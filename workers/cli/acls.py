@@ -22,9 +22,15 @@ def usage(message: str) -> click.ClickException:
     multiple=True,
     required=True,
     help="What the principal runs (repeatable): geometry, switch, consistency, judge, rules,"
-    " terminal, recorder, review, dashboard or client (an agent).",
+    " terminal, recorder, review, dashboard, attach (with --source) or client (an agent).",
 )
 @click.option("--principal", required=True, help="Kafka principal, Type:name (User:geometry).")
+@click.option("--source", default=None, help="With --stage attach: the topic it gates.")
+@click.option(
+    "--pass-through",
+    default=None,
+    help="With --stage attach: its pass-through topic, if not `attach`'s default.",
+)
 @click.option(
     "--format",
     "fmt",
@@ -46,7 +52,13 @@ def usage(message: str) -> click.ClickException:
     help="Create the bindings on GROUNDSTREAM_BOOTSTRAP_SERVERS (one CreateAcls request).",
 )
 def acls(
-    stages: tuple[str, ...], principal: str, fmt: str, strimzi_cluster: str, apply_now: bool
+    stages: tuple[str, ...],
+    principal: str,
+    source: str | None,
+    pass_through: str | None,
+    fmt: str,
+    strimzi_cluster: str,
+    apply_now: bool,
 ) -> None:
     """The exact ACLs (least privilege) PRINCIPAL needs to run the given stages, derived
     from the stage table, the routing table and the topic names (GROUNDSTREAM_TOPIC_PREFIX
@@ -65,8 +77,12 @@ def acls(
     if unknown:
         raise usage(f"--stage {unknown[0]!r}: expected one of {', '.join(STAGES)}")
     settings = load_settings()
+    if "attach" not in stages and (source or pass_through):
+        raise usage("--source and --pass-through are attach's: give --stage attach")
+    if "attach" in stages and source is None:
+        raise usage("--stage attach needs --source, the topic it gates")
     try:
-        bindings = for_stages(stages, principal, Names.of(settings))
+        bindings = for_stages(stages, principal, Names.of(settings, source, pass_through))
         user = kafka_user(bindings, principal, strimzi_cluster) if fmt == "strimzi" else None
     except ValueError as exc:
         raise usage(f"--principal {exc}") from None

@@ -48,6 +48,8 @@ from aiokafka.protocol.api import Request
 from pipeline.errors import GroundstreamError
 from topics import clients
 from topics.names import TERMINAL, TOPIC_SPECS, Topic
+from workers.runtime.attach import STAGE as ATTACH
+from workers.runtime.attach import pass_through_topic
 from workers.runtime.ladder import LADDER, STAGE_NAMES, StageRow
 from workers.runtime.loop import group_id, member_prefix
 from workers.runtime.review import transactional_prefix
@@ -78,6 +80,7 @@ class PatternType(IntEnum):
 class Operation(IntEnum):
     READ = 3
     WRITE = 4
+    CREATE = 5
     DESCRIBE = 8
     IDEMPOTENT_WRITE = 12
 
@@ -89,7 +92,9 @@ class Permission(IntEnum):
 CLUSTER = "kafka-cluster"
 """The one name of the cluster resource."""
 CLIENT, DASHBOARD = "client", "dashboard"
-STAGES: tuple[str, ...] = (*STAGE_NAMES, RecorderStage.name, REVIEW_STAGE, DASHBOARD, CLIENT)
+STAGES: tuple[str, ...] = (
+    *(*STAGE_NAMES, RecorderStage.name, REVIEW_STAGE, DASHBOARD, ATTACH, CLIENT),
+)
 """Every name `bindings` knows: the ladder's six, the recorder, review, dashboard, client."""
 PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:\S.*")
 """`Type:name`, as Kafka's authorizer writes principals (User:geometry, User:CN=…)."""
@@ -114,10 +119,16 @@ class Names:
 
     prefix: str = ""
     """GROUNDSTREAM_TOPIC_PREFIX: of every topic, group and transactional id."""
+    source: str | None = None
+    """`attach`'s source topic, by its full name (the user's namespace, no prefix)."""
+    pass_through: str | None = None
+    """Where `attach` sends what is not a candidate (default: beside the source)."""
 
     @classmethod
-    def of(cls, settings: Settings) -> Names:
-        return cls(settings.topic_prefix)
+    def of(
+        cls, settings: Settings, source: str | None = None, pass_through: str | None = None
+    ) -> Names:
+        return cls(settings.topic_prefix, source, pass_through)
 
     def topic(self, topic: Topic) -> str:
         return topic.full(self.prefix)
@@ -144,6 +155,10 @@ class Needs:
     transactional: str | None = None
     """What its transactional ids start with (Write, Describe), when it has any."""
     idempotent: bool = False
+    own_reads: frozenset[str] = frozenset()
+    """Topics of the user's own namespace, by full name (`attach`'s source)."""
+    own_writes: frozenset[str] = frozenset()
+    own_creates: frozenset[str] = frozenset()
 
     def __or__(self, other: Needs) -> Needs:
         if None not in (self.group, other.group) and self.group != other.group:
@@ -155,6 +170,9 @@ class Needs:
             self.group or other.group,
             self.transactional or other.transactional,
             self.idempotent or other.idempotent,
+            self.own_reads | other.own_reads,
+            self.own_writes | other.own_writes,
+            self.own_creates | other.own_creates,
         )
 
 
@@ -217,6 +235,24 @@ def _review_queue(names: Names) -> Needs:
     )
 
 
+def _attach(names: Names) -> Needs:
+    """`workers.runtime.attach`: the source in its group, the ids already on `candidates`
+    and `deadletter`, candidates out, and its own dead letters (with their records) and
+    pass-through messages, the pass-through topic created when missing."""
+    if names.source is None:
+        raise ValueError("--stage attach needs --source, the topic it gates")
+    target = names.pass_through or pass_through_topic(names.source)
+    return Needs(
+        reads=frozenset({Topic.CANDIDATES, Topic.DEADLETTER}),
+        writes=frozenset({Topic.CANDIDATES, Topic.DEADLETTER, Topic.DECISIONS}),
+        group=names.group(ATTACH),
+        idempotent=True,
+        own_reads=frozenset({names.source}),
+        own_writes=frozenset({target}),
+        own_creates=frozenset({target}),
+    )
+
+
 def needs(stage: str, names: Names) -> Needs:
     """What `stage` (one of `STAGES`) does with Kafka; KeyError for an unknown one."""
     for row in LADDER:
@@ -232,6 +268,8 @@ def needs(stage: str, names: Names) -> Needs:
             writes=frozenset({Topic.CONTROL}),
             describes=EVERY_TOPIC,  # `require_broker` at start-up
         )
+    if stage == ATTACH:
+        return _attach(names)
     if stage == CLIENT:
         return Needs(
             reads=frozenset({Topic.OUTCOMES, Topic.STATE}),
@@ -258,6 +296,14 @@ def bindings(stage: str, principal: str, names: Names) -> list[AclBinding]:
         add(ResourceType.TOPIC, names.topic(topic), Operation.WRITE)
     for topic in n.reads | n.writes | n.describes:
         add(ResourceType.TOPIC, names.topic(topic), Operation.DESCRIBE)
+    for name in n.own_reads:
+        add(ResourceType.TOPIC, name, Operation.READ)
+    for name in n.own_writes:
+        add(ResourceType.TOPIC, name, Operation.WRITE)
+    for name in n.own_creates:
+        add(ResourceType.TOPIC, name, Operation.CREATE)
+    for name in n.own_reads | n.own_writes:
+        add(ResourceType.TOPIC, name, Operation.DESCRIBE)
     if n.group is not None:
         add(ResourceType.GROUP, n.group, Operation.READ)
     if n.transactional is not None:
@@ -289,6 +335,7 @@ def grouped(acls: Sequence[AclBinding]) -> list[tuple[AclBinding, list[Operation
 _KAFKA_ACLS_OPERATION = {
     Operation.READ: "Read",
     Operation.WRITE: "Write",
+    Operation.CREATE: "Create",
     Operation.DESCRIBE: "Describe",
     Operation.IDEMPOTENT_WRITE: "IdempotentWrite",
 }
