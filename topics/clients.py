@@ -1,5 +1,6 @@
 """Every Kafka client groundstream makes is made here, from one `KafkaConnection`: the
-bootstrap servers and the cluster's security (TLS, SASL, an OAuth token file), so no
+bootstrap servers and the cluster's security (TLS, SASL, an OAuth token file or MSK's
+IAM), so no
 producer, consumer or admin client can leave the security settings behind
 (tests/unit/test_kafka_clients.py walks the source for any other construction).
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -51,6 +54,36 @@ class FileTokenProvider(AbstractTokenProvider):
         return f"FileTokenProvider({str(self.path)!r})"
 
 
+class MskIamTokenProvider(AbstractTokenProvider):
+    """SASL/OAUTHBEARER on Amazon MSK's IAM access control: a token signed for `region`
+    with the AWS credentials the default chain finds (environment, profile, the pod's or
+    instance's role), by `aws-msk-iam-sasl-signer-python` (the `msk` extra). A token is
+    kept until a minute before it expires, then signed anew (in a thread: finding the
+    credentials can mean a request to the instance's metadata service)."""
+
+    RENEW_BEFORE_S = 60.0
+
+    def __init__(self, region: str, clock: Callable[[], float] = time.time) -> None:
+        self.region = region
+        self._clock = clock
+        self._token, self._expires = "", 0.0
+
+    def sign(self) -> str:
+        if self._clock() < self._expires - self.RENEW_BEFORE_S:
+            return self._token
+        from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+
+        token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(self.region)
+        self._token, self._expires = token, expiry_ms / 1000
+        return token
+
+    async def token(self) -> str:
+        return await asyncio.to_thread(self.sign)
+
+    def __repr__(self) -> str:
+        return f"MskIamTokenProvider({self.region!r})"
+
+
 @dataclass(frozen=True)
 class KafkaConnection:
     """Where the cluster is and how to prove who we are to it. Secrets never print."""
@@ -61,6 +94,8 @@ class KafkaConnection:
     sasl_username: str = ""
     sasl_password: str = field(default="", repr=False)
     oauth_token_file: str = ""
+    aws_region: str = ""
+    """With OAUTHBEARER and no token file: MSK's IAM tokens for this region."""
     ssl_ca_file: str = ""
     ssl_cert_file: str = ""
     ssl_key_file: str = ""
@@ -98,8 +133,10 @@ class KafkaConnection:
         return context
 
     @cached_property
-    def token_provider(self) -> FileTokenProvider | None:
+    def token_provider(self) -> AbstractTokenProvider | None:
         if self.uses_sasl and self.sasl_mechanism == "OAUTHBEARER":
+            if self.aws_region and not self.oauth_token_file:
+                return MskIamTokenProvider(self.aws_region)
             return FileTokenProvider(self.oauth_token_file)
         return None
 

@@ -201,3 +201,42 @@ def test_the_token_is_read_again_when_the_file_changes(tmp_path: Path) -> None:
         assert asyncio.run(provider.token()) == "second-token-longer"
         assert reads == [path]
     assert "token" not in repr(provider).replace(str(path), "")
+
+
+def test_msk_iam_signs_a_token_for_the_region_with_the_default_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As far as it goes without AWS: the real signer, given credentials in the
+    environment (no network: the token is a presigned URL made here), renewed a minute
+    before it expires."""
+    import base64
+    from urllib.parse import parse_qs, urlparse
+
+    from topics.clients import MskIamTokenProvider
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    now = [1_000_000.0]
+    conn = KafkaConnection(
+        "b-1.msk.example:9098",
+        security_protocol="SASL_SSL",
+        sasl_mechanism="OAUTHBEARER",
+        aws_region="eu-west-1",
+    )
+    provider = conn.client_kwargs()["sasl_oauth_token_provider"]
+    assert isinstance(provider, MskIamTokenProvider)
+    provider._clock = lambda: now[0]
+    token = asyncio.run(provider.token())
+    url = urlparse(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode())
+    query = parse_qs(url.query)
+    assert url.netloc == "kafka.eu-west-1.amazonaws.com"
+    assert query["Action"] == ["kafka-cluster:Connect"]
+    assert query["X-Amz-Credential"][0].startswith("AKIAIOSFODNN7EXAMPLE/")
+    assert "wJalrXUtnFEMI" not in token  # signed with the secret, never carrying it
+    assert asyncio.run(provider.token()) == token  # kept while valid
+    now[0] = provider._expires  # past its renewal time: signed anew
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAOTHERKEYEXAMPLE1")
+    assert asyncio.run(provider.token()) != token

@@ -197,3 +197,23 @@ def test_the_warning_is_one_line_once_per_process(
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert "GROUNDSTREAM_BATCH_SIZ is not a groundstream setting" in warnings[0]
     assert "did you mean GROUNDSTREAM_PARTITIONS?" in warnings[0]
+
+
+def test_msk_iam_is_oauthbearer_with_a_region(tmp_path: Path, monkeypatch) -> None:
+    from topics.clients import MskIamTokenProvider
+
+    oauth = {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}
+    s = Settings.from_env(env(**oauth, aws_region="eu-west-1"))
+    assert isinstance(s.kafka().token_provider, MskIamTokenProvider)
+    assert s.kafka().token_provider.region == "eu-west-1"
+    refused("AWS_REGION", **oauth, aws_region="Ireland")
+    refused(
+        "AWS_REGION", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="u", sasl_password=SECRET, aws_region="eu-west-1",
+    )  # fmt: skip
+    token = tmp_path / "token"
+    token.write_text("tok")
+    refused("OAUTH_TOKEN_FILE", **oauth, aws_region="eu-west-1", oauth_token_file=str(token))
+    monkeypatch.setattr(settings_module, "MSK_SIGNER", "not_installed_signer")
+    error = refused("AWS_REGION", **oauth, aws_region="eu-west-1")
+    assert "pip install 'groundstream[msk]'" in str(error)

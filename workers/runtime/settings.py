@@ -7,6 +7,7 @@ variable, so a misconfigured worker stops before it touches a message.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import logging
 import os
 import re
@@ -26,6 +27,8 @@ from topics.clients import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaConnection
 from topics.names import Topic
 
 PREFIX = "GROUNDSTREAM_"
+MSK_SIGNER = "aws_msk_iam_sasl_signer"
+"""The `msk` extra's module: MSK's IAM tokens."""
 
 
 class SettingsError(PolicyError):
@@ -139,6 +142,12 @@ def _flag(v: str) -> bool:
     raise ValueError
 
 
+def _aws_region(v: str) -> str:
+    if v and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", v):
+        raise ValueError
+    return v
+
+
 def _existing_file(v: str) -> str:
     """A path to a readable file ("" for none)."""
     if v and not Path(v).is_file():
@@ -183,6 +192,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "kafka_sasl_mechanism": (_one_of(SASL_MECHANISMS, unset=True), ", ".join(SASL_MECHANISMS)),
     "kafka_sasl_password_file": (_existing_file, "a readable file"),
     "kafka_oauth_token_file": (_existing_file, "a readable file"),
+    "kafka_aws_region": (_aws_region, "an AWS region such as eu-west-1"),
     "kafka_ssl_ca_file": (_existing_file, "a readable file"),
     "kafka_ssl_cert_file": (_existing_file, "a readable file"),
     "kafka_ssl_key_file": (_existing_file, "a readable file"),
@@ -298,6 +308,9 @@ class Settings:
     GROUNDSTREAM_KAFKA_SASL_PASSWORD, never with it)."""
     kafka_oauth_token_file: str = ""
     """OAUTHBEARER's token, read again whenever it changes (a sidecar keeps it fresh)."""
+    kafka_aws_region: str = ""
+    """OAUTHBEARER on Amazon MSK's IAM: tokens signed for this region with the AWS
+    credentials the default chain finds (the `msk` extra)."""
     kafka_ssl_ca_file: str = ""
     kafka_ssl_cert_file: str = ""
     kafka_ssl_key_file: str = ""
@@ -358,6 +371,7 @@ class Settings:
             sasl_username=self.kafka_sasl_username,
             sasl_password=self.kafka_sasl_password,
             oauth_token_file=self.kafka_oauth_token_file,
+            aws_region=self.kafka_aws_region,
             ssl_ca_file=self.kafka_ssl_ca_file,
             ssl_cert_file=self.kafka_ssl_cert_file,
             ssl_key_file=self.kafka_ssl_key_file,
@@ -478,9 +492,18 @@ def check_kafka(s: Settings) -> None:
                 f"one of {', '.join(SASL_MECHANISMS)} with {name}={protocol}",
             )
         if mechanism == "OAUTHBEARER":
-            if not s.kafka_oauth_token_file:
+            if bool(s.kafka_oauth_token_file) == bool(s.kafka_aws_region):
                 raise SettingsError(
-                    PREFIX + "KAFKA_OAUTH_TOKEN_FILE", "", "the token's file with OAUTHBEARER"
+                    PREFIX + "KAFKA_OAUTH_TOKEN_FILE",
+                    s.kafka_oauth_token_file,
+                    "the token's file with OAUTHBEARER, or GROUNDSTREAM_KAFKA_AWS_REGION for"
+                    " MSK's IAM (one of the two)",
+                )
+            if s.kafka_aws_region and importlib.util.find_spec(MSK_SIGNER) is None:
+                raise SettingsError(
+                    PREFIX + "KAFKA_AWS_REGION",
+                    s.kafka_aws_region,
+                    "MSK's IAM tokens, which need the msk extra: pip install 'groundstream[msk]'",
                 )
         else:
             if not s.kafka_sasl_username:
@@ -503,6 +526,12 @@ def check_kafka(s: Settings) -> None:
             raise SettingsError(
                 PREFIX + "KAFKA_SASL_PASSWORD", "(hidden)", f"unset with {name}={protocol}"
             )
+    if s.kafka_aws_region and mechanism != "OAUTHBEARER":
+        raise SettingsError(
+            PREFIX + "KAFKA_AWS_REGION",
+            s.kafka_aws_region,
+            "unset unless GROUNDSTREAM_KAFKA_SASL_MECHANISM=OAUTHBEARER (MSK's IAM)",
+        )
     if s.kafka_oauth_token_file and mechanism != "OAUTHBEARER":
         raise SettingsError(
             PREFIX + "KAFKA_OAUTH_TOKEN_FILE",
