@@ -616,7 +616,7 @@ async def on_kafka(opts: Options, scored: Scored, max_context_tokens: int) -> di
     from topics.admin import create_topics
     from topics.names import Topic
     from workers.bench.kafka import produce
-    from workers.bench.procs import delete_topics
+    from workers.bench.procs import connection, delete_topics
     from workers.runtime.settings import Settings
 
     n = min(opts.kafka_n, len(scored.candidates))
@@ -636,7 +636,7 @@ async def on_kafka(opts: Options, scored: Scored, max_context_tokens: int) -> di
             judge_model=MODEL,
         )
         try:
-            await create_topics(opts.bootstrap, prefix, opts.partitions, 1)
+            await create_topics(connection(opts.bootstrap), prefix, opts.partitions, 1)
             loops = await _start_loops(settings, opts.partitions)
             first = _envelopes(scored, range(n), "bj")
             # The labels the fake reads come from the candidates' texts, not their ids:

@@ -20,6 +20,9 @@ from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES
 from workers.bench.procs import BenchError, connection
 
+METADATA_WAIT_S = 30.0
+"""How long a watch waits for a new topic's partitions to be listed."""
+
 
 def candidate_id(value: bytes) -> str | None:
     """The candidate id of an envelope, a decision record or a candidate; None if none."""
@@ -128,9 +131,16 @@ class Watch:
         tps = []
         for topic in self.topics:
             parts = self.consumer.partitions_for_topic(topic)
-            if parts is None:
-                await self.consumer._client.force_metadata_update()  # new topics
-                parts = self.consumer.partitions_for_topic(topic) or set()
+            deadline = time.monotonic() + METADATA_WAIT_S
+            while not parts:
+                # A topic created a moment ago: the broker that answers may not list it yet
+                # (a loaded machine takes seconds), so ask again until it does.
+                if time.monotonic() > deadline:
+                    raise BenchError(f"topic {topic} has no partitions after {METADATA_WAIT_S}s")
+                await self.consumer._client.force_metadata_update()
+                parts = self.consumer.partitions_for_topic(topic)
+                if not parts:
+                    await asyncio.sleep(0.2)
             tps += [TopicPartition(topic, p) for p in sorted(parts)]
         self.consumer.assign(tps)
         await self.consumer.seek_to_end(*tps)
