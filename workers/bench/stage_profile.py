@@ -72,7 +72,7 @@ def _seconds(stats: pstats.Stats, pattern: str) -> float:
 
 
 def profile(backend: str = "onnx-int8", n: int = 384, per_context: int = 1) -> Profile:
-    from pipeline.encoder import SentenceEncoder
+    from pipeline.encoding.encoder import SentenceEncoder
     from workers.bench.geometry import raw_seconds
     from workers.clients.encoder import stage_encoder
     from workers.interfaces import Inbound
