@@ -328,7 +328,9 @@ class TestReadiness:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         asked: list[str] = []  # the broker check, faked here (tests/unit has no broker)
-        monkeypatch.setattr(runner, "require_topics", lambda s: asked.append(s.topic_prefix))
+        monkeypatch.setattr(
+            runner, "require_topics", lambda s, stage=None: asked.append(s.topic_prefix)
+        )
         env = {"GROUNDSTREAM_DATA_DIR": str(tmp_path), "GROUNDSTREAM_TOPIC_PREFIX": "t."}
         result = run("wait-ready", "--timeout", "0", "--stage", "rules", env=env)
         assert result.exit_code == 1 and "not ready after 0s: rules" in result.stderr
@@ -411,7 +413,7 @@ class TestOnProcessingError:
     def test_a_bad_choice_is_refused_before_the_worker_starts(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(runner, "require_topics", lambda s: pytest.fail("started"))
+        monkeypatch.setattr(runner, "require_topics", lambda s, stage=None: pytest.fail("started"))
         result = run("worker", "switch", env={"GROUNDSTREAM_ON_PROCESSING_ERROR": "retry"})
         assert result.exit_code == 2
         assert result.stderr.strip().splitlines() == [
@@ -426,7 +428,7 @@ class TestOnProcessingError:
             chosen.append(settings.on_processing_error)
             raise ProcessingStopped(f"stage {stage} stopped on p.scored/0/42 (KeyError: 'k')")
 
-        monkeypatch.setattr(runner, "require_topics", lambda s: None)
+        monkeypatch.setattr(runner, "require_topics", lambda s, stage=None: None)
         monkeypatch.setattr(runner, "run_stage", stopped)
         result = run("worker", "switch", env={"GROUNDSTREAM_ON_PROCESSING_ERROR": "stop"})
         assert chosen == ["stop"]
