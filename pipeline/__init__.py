@@ -4,14 +4,16 @@ no torch and no fitting code (that is `pipeline.fit`): only the stages that embe
 an encoder.
 
 `check`, `GroundingSwitch`, `compute_sgi`, `compute_dgi` and `score_candidate` come from
-`pipeline.defaults`: given no thresholds, encoder or μ̂, they use the active policy's
+`pipeline.policy.defaults`: given no thresholds, encoder or μ̂, they use the active policy's
 (GROUNDSTREAM_POLICY, else the shipped one), so a library user gets the workers' verdict.
 The seed's cuts stay available by name (`SGI_STRONG_PASS`, ..., `Thresholds.seed()`).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from pipeline.defaults import (
+from pipeline.bounds.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.errors import GroundstreamError, PolicyError, ScoringError
+from pipeline.policy.defaults import (
     GroundingSwitch,
     check,
     compute_dgi,
@@ -19,14 +21,12 @@ from pipeline.defaults import (
     default_policy,
     score_candidate,
 )
-from pipeline.errors import GroundstreamError, PolicyError, ScoringError
-from pipeline.policy import Policy, load_policy, parse_policy
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import Mode, RouteConfig
+from pipeline.policy.document import Policy, load_policy, parse_policy
+from pipeline.policy.routing import Mode, RouteConfig
+from pipeline.rungs.grounding_switch import SwitchAction, SwitchDecision
 from pipeline.scores.check import Check, Level
 from pipeline.scores.geometric import Encoder, compute_dgi_batch, compute_sgi_batch
-from pipeline.switch import SwitchAction, SwitchDecision
-from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 
 try:
     __version__ = version("groundstream")

@@ -11,7 +11,7 @@ GroundstreamError
  │    └── SettingsError                  workers.runtime.settings: a GROUNDSTREAM_* variable
  ├── ScoringError (ValueError)           an input cannot be scored (empty text, bad shape)
  ├── DataFileError (ValueError)          a data file is unreadable or malformed; names file, line
- ├── EncoderChanged (ValueError)         pipeline.replay: not the recorded encoder
+ ├── EncoderChanged (ValueError)         pipeline.trail.replay: not the recorded encoder
  ├── ReaderError (ValueError)            pipeline.claims.readers: a reader or checkpoint refused
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits

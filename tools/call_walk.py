@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from topics.names import Topic
 from topics.schema import parse_envelope
 from workers.stages.geometry import GeometryStage

@@ -1,7 +1,7 @@
 """The second published familiarity baseline, measured: a Mahalanobis distance over the
 grounding model's own (standardised) features instead of the topic embeddings, fitted on the
 calibration data with the same cut rule as the shipped test (a share familiar out of fold
-and in sample, `pipeline.fit.familiarity`), and what it would flag of each set's accepts.
+and in sample, `pipeline.fit.familiarity_model`), and what it would flag of each set's accepts.
 
     python tools/new_domain.py --hold-out summedits --hold-out wice --begin --cache /tmp/new_domain
     python tools/feature_familiarity.py --cache /tmp/new_domain
@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from new_domain import concat, decide, figures, fit
 
-from pipeline.fit.familiarity import fit_familiarity, out_of_fold_distances
+from pipeline.fit.familiarity_model import fit_familiarity, out_of_fold_distances
 
 
 def main() -> None:

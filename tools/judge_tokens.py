@@ -6,7 +6,7 @@
 Scores every answer as the geometry stage does (the default policy, the bundled encoder,
 the shipped claim head), carries the claim head's window ranking through the envelope's
 wire form, and builds the judge's request twice: with the whole evidence, and with the
-context `pipeline.judge_evidence.judge_context` chooses. Prints, per task and overall, the
+context `pipeline.judge.context.judge_context` chooses. Prints, per task and overall, the
 mean prompt tokens of each and their ratio (sum windowed / sum whole), for every answer
 and for the answers a ladder with a judge configured sends to it ("judged": deferred by
 the switch, or escalated through consistency, which has no samples here). Tokens are counted two
@@ -26,17 +26,17 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.defaults import default_claim_reader, default_policy
-from pipeline.deferral import defer_to_judge, reader_score
-from pipeline.domain import task_of
-from pipeline.encoder import BACKENDS, default_model_path, load_encoder
-from pipeline.judge import build_judge_messages, build_judge_request
-from pipeline.judge_evidence import ContextSelection, judge_context
+from pipeline.encoding.encoder import BACKENDS, default_model_path, load_encoder
+from pipeline.encoding.tokens import estimate_request_tokens
+from pipeline.guards.domain import task_of
+from pipeline.judge.context import ContextSelection, judge_context
+from pipeline.judge.question import build_judge_messages, build_judge_request
+from pipeline.policy.defaults import default_claim_reader, default_policy
+from pipeline.policy.deferral import defer_to_judge, reader_score
+from pipeline.rungs.grounding_switch import SwitchAction
 from pipeline.scores.batch import score_batch
 from pipeline.stages.geometry import route_of
 from pipeline.stages.inputs import evidence_context
-from pipeline.switch import SwitchAction
-from pipeline.tokens import estimate_request_tokens
 from topics.schema import GeometryPayload, candidate_from_dict
 from workers.clients.claims import load_head
 from workers.eval.datasets import load_labelled

@@ -1,4 +1,4 @@
-"""The language guard's figures (pipeline/language.py): how many English texts of the shared
+"""The language guard's figures (pipeline/guards/language.py): how many English texts of the shared
 data it tells as another language (none may be), and how many hand-written sentences in six
 other languages it tells.
 
@@ -25,7 +25,7 @@ import gzip
 import json
 from pathlib import Path
 
-from pipeline.language import detect
+from pipeline.guards.language import detect
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FOREIGN = {

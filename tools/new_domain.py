@@ -25,7 +25,7 @@ Steps, each measured with the default encoder and claim head, as `calibrate` mea
    and the rest of the held-out set is decided; and so by a model fitted on the reviewed
    pairs alone (a route of their own, as `calibrate --from-decisions --route` fits one),
    and as `--from-decisions` writes that model: accepting nothing where its
-   cross-validation breaks the bound beyond doubt (`pipeline.fit.grounding.bound_broken`).
+   cross-validation breaks the bound beyond doubt (`pipeline.fit.grounding_model.bound_broken`).
 
 No LLM: "state" here is what the switch accepts. Deterministic.
 """
@@ -42,16 +42,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.familiarity import FAMILIAR_SHARE
 from pipeline.fit.claim_sets import CLAIM_SETS, SUPPORTED_LABELS, UNSUPPORTED_LABELS
-from pipeline.fit.grounding import (
+from pipeline.fit.grounding_model import (
     accepted_by,
     bound_broken,
     fit_grounding,
     long_rows,
     probabilities,
 )
-from pipeline.language import check_languages, encoder_languages
+from pipeline.guards.familiarity import FAMILIAR_SHARE
+from pipeline.guards.language import check_languages, encoder_languages
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CALIBRATION = ("halueval_qa_dev.jsonl", "ragtruth_dev.jsonl")
@@ -90,8 +90,8 @@ def measure(examples: Sequence, path: Path) -> dict[str, np.ndarray]:
     example, cached at `path`."""
     if path.exists():
         return dict(np.load(path))
-    from pipeline.defaults import default_claim_head, default_claim_reader
-    from pipeline.encoder import default_encoder
+    from pipeline.encoding.encoder import default_encoder
+    from pipeline.policy.defaults import default_claim_head, default_claim_reader
     from pipeline.scores.batch import familiarity_vectors, measure_batch
     from pipeline.scores.grounding import FEATURES, grounding_features
 

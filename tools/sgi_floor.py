@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.encoder import SentenceEncoder
+from pipeline.encoding.encoder import SentenceEncoder
 from workers.eval.datasets import load_labelled
 from workers.eval.evaluation import whole_response_sgi
 from workers.eval.quantized import SGI_BAR

@@ -31,8 +31,8 @@ def main() -> None:
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "onnx-int8"])
     args = parser.parse_args()
     print("start", status(), flush=True)
-    from pipeline.defaults import default_policy
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
+    from pipeline.policy.defaults import default_policy
     from topics.codec import dumps
     from topics.schema import parse_candidate
     from workers.bench.data import shared_context_candidates

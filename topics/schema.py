@@ -15,18 +15,18 @@ from typing import Any
 
 import orjson
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import GroundstreamError
-from pipeline.judge_evidence import MAX_RANKED_CLAIMS, MAX_RANKED_WINDOWS, WindowRef, claim_windows
-from pipeline.results import DGIResult, GroundingScore, SGIResult, score_record
+from pipeline.judge.context import MAX_RANKED_CLAIMS, MAX_RANKED_WINDOWS, WindowRef, claim_windows
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult, score_record
 from topics.codec import dumps, loads
 
 SCHEMA_VERSION = 1
 RETRIEVAL = "retrieval"
 SOURCES = (RETRIEVAL, "tool", "history", "user")
 MODES = ("off", "shadow", "evaluate", "active")
-"""A route's modes (`pipeline.routing.Mode`, as wire names): an envelope names one."""
-"""Where a context chunk may come from (`pipeline.provenance.Source`, as wire names)."""
+"""A route's modes (`pipeline.policy.routing.Mode`, as wire names): an envelope names one."""
+"""Where a context chunk may come from (`pipeline.guards.provenance.Source`, as wire names)."""
 MAX_ID_CHARS = 256
 DEFAULT_MAX_CANDIDATE_BYTES = 1024 * 1024
 
@@ -284,7 +284,7 @@ class GeometryPayload:
     the record's fields, plus `grounding` ({probability, features}) for P(grounded), plus
     `windows` when the claim head read the answer: per claim, its windows best first as
     [chunk, first statement, statements] ids into the counted evidence — what the judge
-    reads of a long context (`pipeline.judge_evidence`). Ids, not texts: the envelope cannot
+    reads of a long context (`pipeline.judge.context`). Ids, not texts: the envelope cannot
     carry words that are not the candidate's own evidence. Left out, `windows` is taken
     from the score's claim reading."""
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipeline.admission import WorkCaps
-from pipeline.policy import Policy
-from pipeline.routing import RouteConfig
+from pipeline.guards.admission import WorkCaps
+from pipeline.policy.document import Policy
+from pipeline.policy.routing import RouteConfig
 from topics.names import Topic
 
 
@@ -96,7 +96,7 @@ class StageContext:
     services: dict[str, Any] = field(default_factory=dict)
     max_candidate_bytes: int = 1024 * 1024
     caps: WorkCaps = field(default_factory=WorkCaps)
-    """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.admission`)."""
+    """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.guards.admission`)."""
     stage_key: bytes | None = None
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
     encoder_backend: str = "torch"
@@ -109,7 +109,7 @@ class StageContext:
     source_partitions: int = 1
     """How many partitions the stage's source topic has (set by the Kafka loop on each
     assignment; the embedded runner is one): the judge gives each partition its share of
-    the judge budgets (`pipeline.judge_budget`)."""
+    the judge budgets (`pipeline.judge.budget`)."""
 
     def route_for(self, name: str | None) -> RouteConfig:
         return self.policy.route(name or self.default_route)

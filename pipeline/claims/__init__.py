@@ -9,4 +9,7 @@
 * `readers.py` — the one reader slot: reader directories (`reader.json`, hashes, labels)
   and loading any reader, published or trained here.
 * `classifiers.py` — published pair and token classifiers served on ONNX Runtime.
+
+It may import only `encoding` and `bounds` (and `errors`); whether a grounding model
+weighs the reader is the scores' question (`pipeline.scores.grounding`).
 """

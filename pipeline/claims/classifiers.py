@@ -20,7 +20,7 @@ Windows, not truncation
     classifier reads the context in overlapping windows beside each piece of the answer,
     and a token counts as supported when some window supports it (the smallest
     P(unsupported)). The rows a candidate costs grow with its words, which the work caps
-    bound before any reader runs (`pipeline.admission`).
+    bound before any reader runs (`pipeline.guards.admission`).
 
 Batches
     Every row of a call is sorted by length and run ``BATCH`` at a time, padded to the

@@ -21,7 +21,7 @@ all, and an answer a judge or a person accepted should not be held on them:
 
 :func:`is_artefact` says so for one flagged span. The rules stage keeps such a span as an
 opinion on support (it still holds an accept by geometry, exactly as before), not as a
-hard fact (:mod:`pipeline.authority`). Pure: no I/O.
+hard fact (:mod:`pipeline.bounds.authority`). Pure: no I/O.
 """
 
 from __future__ import annotations

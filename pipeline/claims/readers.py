@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -61,7 +61,6 @@ __all__ = [
     "read_json_object",
     "reader_identity",
     "reader_name",
-    "served_reader_problem",
 ]
 
 FORMAT = "groundstream-reader/1"
@@ -314,7 +313,7 @@ def reader_identity(directory: str | Path) -> dict[str, Any]:
     one `groundstream train claims` wrote), the sha256 of each of its ``files`` as its
     ``reader.json`` lists them, and ``digest``: the sha256 of the whole ``reader.json``
     (labels, the label read, order, maximum length and those hashes) in canonical form,
-    which is what start-up compares (`served_reader_problem`)."""
+    which is what start-up compares (`pipeline.scores.grounding.served_reader_problem`)."""
     path = Path(directory)
     spec = check_reader_dir(path)
     if spec is None:
@@ -327,41 +326,6 @@ def reader_identity(directory: str | Path) -> dict[str, Any]:
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return {"name": name, "kind": kind, "digest": digest, "files": files}
-
-
-def _fitted_with(identity: Mapping[str, Any] | None) -> str:
-    if not identity:
-        return "a claim reader it does not name (fitted before policies recorded it)"
-    return f"reader {identity.get('name')} (reader.json digest {str(identity.get('digest'))[:12]})"
-
-
-def served_reader_problem(
-    models: Iterable[tuple[str, Any]], served: str | Path | None
-) -> str | None:
-    """Why the reader directory `served` (None: no reader) cannot serve these grounding
-    models, given as (where the policy holds it, model): a model that gives the claim
-    reader weight (`pipeline.scores.grounding.reads_claims`) must be served the reader it
-    was fitted with, which its ``reader`` names (`reader_identity`); a model fitted before
-    policies named their reader must be served some reader. None when every model can be
-    served; a model that gives the reader no weight never runs it and asks for nothing."""
-    from pipeline.scores.grounding import CLAIM_READER, reads_claims
-
-    found: dict[str, Any] | None = None
-    for where, model in models:
-        if model is None or not reads_claims(model, CLAIM_READER):
-            continue
-        fitted = model.reader
-        if served is None:
-            return f"{where} was fitted with {_fitted_with(fitted)} and gives it weight"
-        if not fitted:
-            continue
-        found = found or reader_identity(served)
-        if found["digest"] != fitted.get("digest"):
-            return (
-                f"{where} was fitted with {_fitted_with(fitted)} and gives it weight, not "
-                f"with the reader served, {found['name']} (digest {found['digest'][:12]})"
-            )
-    return None
 
 
 @runtime_checkable

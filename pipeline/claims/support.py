@@ -5,8 +5,8 @@ Why it exists
     cannot see that a response copied the source's sentence shape but swapped a name or a
     number. This module answers the narrower, auditable question "which words, numbers and
     names of the response does the context not contain?". It is used twice: by the
-    ``source_support`` rule in :mod:`pipeline.rules` (the last rung, on every path to ``state``)
-    and as a numeric feature for the calibrated grounding score.
+    ``source_support`` rule in :mod:`pipeline.rungs.rule_checks` (the last rung, on every path
+    to ``state``) and as a numeric feature for the calibrated grounding score.
 
 What counts
     * Tokens are words and numbers found by a regex, with character offsets into the
@@ -45,9 +45,9 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from types import MappingProxyType
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
+from pipeline.encoding.memo import text_memo
 from pipeline.errors import ScoringError
-from pipeline.memo import text_memo
 
 __all__ = [
     "LOCAL_WINDOW",
@@ -265,7 +265,7 @@ def _tokens(text: str) -> tuple[_Token, ...]:
     """The tokens of ``text``. Cached: one candidate's context is read three times (support,
     bigrams, trigrams), the claim head reads every context statement once per claim, and
     the turns of a RAG session often share their source. Bounded by characters held
-    (`pipeline.memo`), about a stage batch's claims, statements and windows."""
+    (`pipeline.encoding.memo`), about a stage batch's claims, statements and windows."""
     out: list[_Token] = []
     for m in _TOKEN_RE.finditer(text):
         if m.group("num") is not None:

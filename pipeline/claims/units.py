@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.chunks import context_chunks
 from pipeline.claims.support import META_WORDS, STOP_WORDS, _sentences, _tokens, stem
+from pipeline.encoding.chunks import context_chunks
+from pipeline.encoding.memo import text_memo
 from pipeline.errors import ScoringError
-from pipeline.memo import text_memo
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -105,7 +105,7 @@ class ClaimSupport:
     window score); ``weakest`` and ``window`` say which claim and which passage, so a
     reviewer sees the sentence that failed. ``claim_scores`` follows ``claims``, and so does
     ``ranked``: each claim's candidate windows, best first by the scorer (what the judge
-    reads of a long context, :mod:`pipeline.judge_evidence`).
+    reads of a long context, :mod:`pipeline.judge.context`).
     """
 
     score: float

@@ -1,16 +1,17 @@
 """Offline fitting and evaluation: what `groundstream calibrate` and `eval` run, never a worker.
 
-This package may import the runtime core (`pipeline.*`); the core never imports it, so
+This package may import every room of the runtime core (`pipeline.*`) but `pipeline.stages`;
+the core never imports it, so
 `import pipeline` loads no fitting code. Files:
 
 * `calibrate.py` — the SGI / DGI cut-points and the DGI reference direction μ̂ from
   labelled examples (`fit_thresholds`, `fit_thresholds_from_scores`,
   `fit_reference_direction`, `strong_pass_cut`).
-* `grounding.py` — the P(grounded) logistic model and its cuts, with cross-validated
+* `grounding_model.py` — the P(grounded) logistic model and its cuts, with cross-validated
   figures and its fitted domain (`fit_grounding`, `fit_logistic`, `cross_validate`), and
   the cuts alone on given probabilities (`fit_cuts`, `operating_point`: what
   `calibrate --from-decisions` refits on reviewers' verdicts).
-* `familiarity.py` — the familiarity test every fitted model carries: principal components
+* `familiarity_model.py` — the familiarity test every fitted model carries: principal components
   of the answers' embeddings and the cut holding a share of them familiar out of fold
   (`fit_familiarity`).
 * `judge_share.py` — the band of P(grounded) a route's judge is asked about, fitted for
@@ -20,7 +21,7 @@ This package may import the runtime core (`pipeline.*`); the core never imports 
 """
 
 from pipeline.fit.calibrate import FitResult, fit_reference_direction, fit_thresholds
-from pipeline.fit.grounding import GroundingFit, fit_grounding
+from pipeline.fit.grounding_model import GroundingFit, fit_grounding
 
 __all__ = [
     "FitResult",

@@ -23,7 +23,7 @@ Failure posture: empty data, a method whose data is one-class, or malformed exam
 raise `ScoringError`; a method with no examples keeps its default cut and the metrics
 record that (``sgi_default_kept`` / ``dgi_default_kept``). Flagged geometry results
 (zero-norm or NaN embeddings) are left out of the fit and counted. Pure: the encoder
-and reference direction are passed in or loaded lazily by `pipeline.defaults`.
+and reference direction are passed in or loaded lazily by `pipeline.policy.defaults`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import defaults as shipped
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.metrics import auroc, cut_below, separable, youden_j, youden_threshold
+from pipeline.policy import defaults as shipped
 from pipeline.scores.batch import core_sgi_batch
 from pipeline.scores.geometric import compute_dgi_batch
 
@@ -290,8 +290,8 @@ def fit_thresholds(
     ``grounded`` (bool) and optionally ``context`` (a string or a list of strings).
     Examples with a context are scored with SGI of the answer's core (as the geometry stage
     and `pipeline.compute_sgi` score it: `core_sgi_batch`), the others with DGI, in one
-    encoder batch per method. ``encoder=None`` loads `pipeline.defaults.default_encoder()`;
-    ``reference_direction=None`` loads the shipped μ̂ (`pipeline.defaults`), and only
+    encoder batch per method. ``encoder=None`` loads `pipeline.policy.defaults.default_encoder()`;
+    ``reference_direction=None`` loads the shipped μ̂ (`pipeline.policy.defaults`), and only
     when some example has no context. Flagged results are left out and counted in
     ``metrics["n_flagged_sgi"]`` / ``metrics["n_flagged_dgi"]``.
 

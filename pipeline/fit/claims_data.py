@@ -39,8 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.chunks import context_chunks
 from pipeline.claims.units import context_statements, split_claims, strip_lead_in
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import DataFileError
 
 __all__ = [

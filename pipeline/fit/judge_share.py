@@ -15,7 +15,7 @@ judge that is right a share A of the time (expected counts):
 The search runs over every pair of cuts on a grid of the fitted scores, with cumulative
 counts, so one search answers every share of the frontier at once. Short and long-form
 answers get their own pair, each regime within the share and the bound (so all answers
-together are), as their accept cuts are fitted apart (`pipeline.fit.grounding`). The
+together are), as their accept cuts are fitted apart (`pipeline.fit.grounding_model`). The
 frontier also says what the chosen band lets into state with the judge unavailable: the
 band then goes to a person, and the unjudged accepts alone may be wrong more often than
 the bound, since the judge's right answers no longer dilute them. Cuts are placed with
@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding import REGIME_MIN, fold_probabilities, long_rows, probabilities
+from pipeline.fit.grounding_model import REGIME_MIN, fold_probabilities, long_rows, probabilities
 from pipeline.fit.metrics import cut_below, separable, wilson_interval
 from pipeline.scores.grounding import GroundingModel
-from pipeline.thresholds import SCORE_EPSILON
 
 __all__ = [
     "BAND_ERROR_FLOOR",
@@ -332,7 +332,7 @@ def _regime_bands(
     z: float,
 ) -> dict[float, tuple[Band, Band]]:
     """(short, long-form) bands per share, each regime fitted on its own answers under its
-    own bound, as `pipeline.fit.grounding.regime_cuts` fits the accept cuts: each regime
+    own bound, as `pipeline.fit.grounding_model.regime_cuts` fits the accept cuts: each regime
     within the share and the bound keeps all answers within them. A regime too small for a
     fit of its own takes the band fitted on every answer at the short bound."""
     pooled = fit_bands(p, y, shares, bounds[0], accuracy, z=z)
@@ -460,7 +460,7 @@ def fit_judge_share(
     """The bands of `model`'s P(grounded) on feature rows `x` (in `FEATURES` order) for
     `spec`, and the frontier. With `contexts`, the frontier also holds out-of-fold figures:
     the whole procedure (model and bands) refitted without each fold, folds grouped by
-    context as `pipeline.fit.grounding.cross_validate` groups them."""
+    context as `pipeline.fit.grounding_model.cross_validate` groups them."""
     y = np.asarray(y, dtype=bool)
     groups = np.asarray(groups)
     long = long_rows(x)

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import ScoringError
-from pipeline.thresholds import SCORE_EPSILON
 
 __all__ = [
     "auroc",

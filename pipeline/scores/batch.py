@@ -17,9 +17,8 @@ import numpy as np
 from pipeline.claims.head import ClaimHead, PairReader, assess, reader_input
 from pipeline.claims.readers import AnswerReader
 from pipeline.claims.units import ClaimSupport, answer_core, context_statements, split_claims
-from pipeline.familiarity import familiarity_vector
-from pipeline.language import LANGUAGES, check_languages
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.guards.familiarity import familiarity_vector
+from pipeline.guards.language import LANGUAGES, check_languages
 from pipeline.scores.geometric import (
     Encoder,
     Vector,
@@ -29,6 +28,7 @@ from pipeline.scores.geometric import (
 )
 from pipeline.scores.geometric import _require_text as require_text
 from pipeline.scores.grounding import CLAIM_READER, GroundingModel, reads_claims, score_grounding
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 
 NO_REFERENCE = "no reference direction in the policy"
 
@@ -111,7 +111,7 @@ def score_batch(
     carries a familiarity test, each answer's familiarity vector is read from the same
     (cached) embeddings; with `languages` (the route's, `Policy.languages_for`) an answer or
     context in another language, or the two in different ones, is flagged
-    (`pipeline.language`)."""
+    (`pipeline.guards.language`)."""
     with_ctx = [i for i, (_, chunks, _) in enumerate(items) if chunks is not None]
     without = [i for i, (_, chunks, _) in enumerate(items) if chunks is None]
     out: list[SGIResult | DGIResult | GroundingScore | None] = [None] * len(items)
@@ -197,7 +197,7 @@ def language_guard(
     question: str | None = None,
 ) -> SGIResult | DGIResult | GroundingScore:
     """`score` flagged when the answer, its context or its question is in a language outside
-    `languages`, or answer and context differ (`pipeline.language.check_languages`), the
+    `languages`, or answer and context differ (`pipeline.guards.language.check_languages`), the
     languages in its reason; a P(grounded) keeps the languages as evidence either way. A
     score already flagged keeps its own reason first."""
     checked = check_languages(response, chunks, languages, question)

@@ -2,7 +2,7 @@
 
 `check` and `GroundingSwitch` read the same `Thresholds`, so the audit text and the
 routing action always agree (seed 000, "Relationship to check()"). Given no thresholds,
-this pure function uses the seed's cuts; `pipeline.scores.check` (from `pipeline.defaults`)
+this pure function uses the seed's cuts; `pipeline.scores.check` (from `pipeline.policy.defaults`)
 uses the shipped policy's, as the workers do. A non-geometric
 score (for example a consistency score) is passed through as `review` and escalated:
 geometry does not reinterpret another stage's signal.
@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.scores.grounding import LONG_FORM
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 
 
 class Level(StrEnum):

@@ -2,7 +2,7 @@
 
 Pure float64 math over embeddings, plus batch helpers that ask an `Encoder` for all the
 embeddings a batch needs in one call. Nothing here loads a model or a policy: the encoder
-and μ̂ are passed in (`pipeline.defaults` supplies the shipped ones), so `import pipeline`
+and μ̂ are passed in (`pipeline.policy.defaults` supplies the shipped ones), so `import pipeline`
 stays light.
 
 Failure posture: empty text is bad input (`ScoringError`); a zero-norm or NaN embedding
@@ -20,10 +20,10 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.chunks import context_chunks
+from pipeline.bounds.thresholds import SGI_DEGENERATE
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import ScoringError
-from pipeline.results import DGIResult, SGIResult
-from pipeline.thresholds import SGI_DEGENERATE
+from pipeline.scores.results import DGIResult, SGIResult
 
 _EPS_NORM = 1e-12
 _EPS_THETA = 1e-6  # radians; below this θ(r, c) counts as zero (response == context)

@@ -16,7 +16,7 @@ the assistant's framing. In the public data right answers are short copied spans
 hallucinated ones fluent sentences; a model fed whole sentences learned that artefact and
 sent "The capital of Australia is Canberra." to fallback while "Canberra" was accepted.
 Measured on the core, both read "Canberra". No length feature is used for the same
-reason. Fitting the model is offline work and lives in `pipeline.fit.grounding`; this
+reason. Fitting the model is offline work and lives in `pipeline.fit.grounding_model`; this
 module only applies a fitted one.
 """
 
@@ -25,15 +25,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pipeline.claims.support import measure_support, ngram_precision
 from pipeline.claims.units import ClaimSupport
-from pipeline.domain import Domain, shape_inputs
 from pipeline.errors import PolicyError
-from pipeline.familiarity import Familiarity
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.guards.domain import Domain, shape_inputs
+from pipeline.guards.familiarity import Familiarity
+from pipeline.scores.results import GroundingScore, SGIResult
 
 CLAIM_SUPPORT = "claim_support"
 """The claim head's P(supported) of the response's weakest claim (0 when it was not
@@ -141,7 +143,7 @@ def _share(flags: Iterable[bool]) -> float:
 class GroundingModel:
     """Logistic regression over `features`; `probability` is P(grounded).
 
-    `domain` is what it was fitted on (`pipeline.domain`); a policy written before domains
+    `domain` is what it was fitted on (`pipeline.guards.domain`); a policy written before domains
     were recorded has none, and its model is trusted everywhere as before. `familiarity`
     tells whether a candidate's topic is like the fitted data's.
     """
@@ -152,7 +154,7 @@ class GroundingModel:
     metrics: Mapping[str, float] = field(default_factory=dict)
     domain: Domain | None = None
     familiarity: Familiarity | None = None
-    """The test of whether a candidate looks like the fitted data (`pipeline.familiarity`);
+    """The test of whether a candidate looks like the fitted data (`pipeline.guards.familiarity`);
     None in a policy written before it existed: the model is trusted on any topic."""
     reader: Mapping[str, object] | None = None
     """The claim reader the model was fitted with (`calibrate --reader`): its ``name``,
@@ -278,7 +280,7 @@ def score_grounding(
     when it names one; `claim` the claim head's reading of the response, kept on the score
     so the decision record can name the weakest claim; `reader` the claim reader's, which
     the record names instead when it was measured. `familiar` is the answer's familiarity
-    vector (`pipeline.familiarity.familiarity_vector`): when the model carries a familiarity
+    vector (`pipeline.guards.familiarity.familiarity_vector`): when the model carries a familiarity
     test, an answer unlike the fitted data is flagged too, with its distance and the cut,
     and the distance is kept as evidence (`GroundingScore.guards`) either way.
     """
@@ -305,3 +307,38 @@ def score_grounding(
     return GroundingScore(
         p, sgi, features, flagged=bool(reason), flag_reason=reason, claim=claim, guards=guards
     )
+
+
+def _fitted_with(identity: Mapping[str, Any] | None) -> str:
+    if not identity:
+        return "a claim reader it does not name (fitted before policies recorded it)"
+    return f"reader {identity.get('name')} (reader.json digest {str(identity.get('digest'))[:12]})"
+
+
+def served_reader_problem(
+    models: Iterable[tuple[str, Any]], served: str | Path | None
+) -> str | None:
+    """Why the reader directory `served` (None: no reader) cannot serve these grounding
+    models, given as (where the policy holds it, model): a model that gives the claim
+    reader weight (`reads_claims`) must be served the reader it
+    was fitted with, which its ``reader`` names (`reader_identity`); a model fitted before
+    policies named their reader must be served some reader. None when every model can be
+    served; a model that gives the reader no weight never runs it and asks for nothing."""
+    from pipeline.claims.readers import reader_identity
+
+    found: dict[str, Any] | None = None
+    for where, model in models:
+        if model is None or not reads_claims(model, CLAIM_READER):
+            continue
+        fitted = model.reader
+        if served is None:
+            return f"{where} was fitted with {_fitted_with(fitted)} and gives it weight"
+        if not fitted:
+            continue
+        found = found or reader_identity(served)
+        if found["digest"] != fitted.get("digest"):
+            return (
+                f"{where} was fitted with {_fitted_with(fitted)} and gives it weight, not "
+                f"with the reader served, {found['name']} (digest {found['digest'][:12]})"
+            )
+    return None

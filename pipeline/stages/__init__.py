@@ -1,5 +1,5 @@
 """One module per rung of the ladder, each holding that rung's whole rule as pure functions
-that return a `Verdict` (`pipeline.stages.verdict`).
+that return a `Verdict` (`pipeline.trail.verdict`).
 
     geometry     candidates → scored      `screen` before encoding, `decide` after
     switch       scored → rules | consistency | judge | escalations.*
@@ -15,8 +15,8 @@ embedded runner (`groundstream verify`) and a library user calling them directly
 same verdict for the same input. Nothing here reads a clock, a socket or a model: time
 comes in as `now`, samples and model replies as values.
 
-The building blocks they compose stay where they were (`pipeline.switch`,
-`pipeline.consistency`, `pipeline.judge`, `pipeline.rules`, `pipeline.deferral`,
-`pipeline.sessions`, `pipeline.ledger`); a module here is where a reader finds the
-rung's rule in one place.
+The building blocks they compose live in the rooms below (`pipeline.rungs`, `pipeline.judge`,
+`pipeline.policy`, `pipeline.trail`, ...); a module here is where a reader finds the rung's
+rule in one place. This room may import every room of the core except `pipeline.fit`;
+nothing in the core imports it.
 """

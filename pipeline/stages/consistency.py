@@ -1,5 +1,5 @@
 """Consistency's rule: which samples count, what a failed or late sampler means, and the
-verdict over the samples' meanings (`pipeline.consistency`).
+verdict over the samples' meanings (`pipeline.rungs.self_consistency`).
 
 Samples come with the candidate (copies of its own answer count once) or from a sampler;
 the adapter draws them and embeds them, and hands the similarity matrix over. Only a
@@ -7,7 +7,7 @@ committed interpretation that the response agrees with moves towards state; unre
 requires-clarification and budget-exceeded decisions go on to the judge. An unavailable
 sampler fails closed the same way (up the ladder, never accepted here), and so does a
 commitment resting on too few distinct samples of the candidate's own. Samples of its own
-over the work caps (`screen`) go to a person before any is read (`pipeline.admission`).
+over the work caps (`screen`) go to a person before any is read (`pipeline.guards.admission`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.admission import WorkCaps, admit_samples
-from pipeline.consistency import BudgetLimit, ConsistencyConfig, decide_consistency
-from pipeline.provenance import SampleEvidence, distinct_samples
-from pipeline.routing import RouteConfig, expired
+from pipeline.guards.admission import WorkCaps, admit_samples
+from pipeline.guards.provenance import SampleEvidence, distinct_samples
+from pipeline.policy.routing import RouteConfig, expired
+from pipeline.rungs.self_consistency import BudgetLimit, ConsistencyConfig, decide_consistency
 from pipeline.stages.inputs import CandidateView
-from pipeline.stages.verdict import DEADLINE, DEFER, PASS, Verdict, hold
+from pipeline.trail.verdict import DEADLINE, DEFER, PASS, Verdict, hold
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@ encoding (`screen`), and the scored verdict after it (`decide`).
 
 The encoder call sits between the two: everything that can be decided without it is
 decided first, so a candidate over the work caps, past its deadline or without evidence
-costs milliseconds and never holds up its batch (`pipeline.admission`).
+costs milliseconds and never holds up its batch (`pipeline.guards.admission`).
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.admission import WorkCaps, admit
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.claims.units import ClaimSupport
-from pipeline.domain import task_of
-from pipeline.policy import UNKNOWN_ROUTE, Policy
-from pipeline.provenance import ContextEvidence
-from pipeline.results import DGIResult, GroundingScore, SGIResult, score_record
-from pipeline.routing import Mode, RouteConfig, expired
+from pipeline.guards.admission import WorkCaps, admit
+from pipeline.guards.domain import task_of
+from pipeline.guards.provenance import ContextEvidence
+from pipeline.policy.document import UNKNOWN_ROUTE, Policy
+from pipeline.policy.routing import Mode, RouteConfig, expired
 from pipeline.scores.check import check
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult, score_record
 from pipeline.stages.inputs import CandidateView, evidence_context
-from pipeline.stages.verdict import DEADLINE, SCORED, SKIP, Verdict, hold
-from pipeline.thresholds import Thresholds
+from pipeline.trail.verdict import DEADLINE, SCORED, SKIP, Verdict, hold
 
 OFF = "mode off: no verification, nothing is auto-accepted"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pipeline.provenance import Chunk, ContextEvidence, Source, assess_context
-from pipeline.routing import RouteConfig
+from pipeline.guards.provenance import Chunk, ContextEvidence, Source, assess_context
+from pipeline.policy.routing import RouteConfig
 
 
 class CandidateView(Protocol):

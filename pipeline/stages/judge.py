@@ -1,28 +1,28 @@
 """The judge's rule: a clear yes moves the candidate on to rules, a clear no ends it as the
 route's `on_reject`, and anything else — no endpoint, a failed call, a reply that is not
 a clear yes or no — goes to a person. A yes on an answer the claim reader finds clearly
-unsupported goes to a person too (`pipeline.deferral.veto_judge_yes`), and so does a yes on
+unsupported goes to a person too (`pipeline.policy.deferral.veto_judge_yes`), and so does a yes on
 one whose P(grounded) is below the route's veto cut (`veto_grounding_yes`).
 
-The verdict routes on `pipeline.judge.JudgeVerdict` (a clear no on the route's
+The verdict routes on `pipeline.judge.question.JudgeVerdict` (a clear no on the route's
 `on_reject`); the record keeps the switch's vocabulary for the action (yes = `accept`).
 """
 
 from __future__ import annotations
 
-from pipeline.deferral import reader_score, veto_grounding_yes, veto_judge_yes
-from pipeline.judge import (
+from pipeline.judge.question import (
     JudgeConfig,
     JudgeReadout,
     JudgeVerdict,
     decide_judge,
     verdict_for_failure,
 )
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import RouteConfig
+from pipeline.policy.deferral import reader_score, veto_grounding_yes, veto_judge_yes
+from pipeline.policy.routing import RouteConfig
+from pipeline.rungs.grounding_switch import SwitchAction
 from pipeline.scores.grounding import GroundingModel
-from pipeline.stages.verdict import HOLD, Verdict, hold
-from pipeline.switch import SwitchAction
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
+from pipeline.trail.verdict import HOLD, Verdict, hold
 
 UNAVAILABLE = hold("judge unavailable: no judge endpoint configured", "judge_unavailable")
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pipeline.stages.verdict import HumanDecision, Verdict
+from pipeline.trail.verdict import HumanDecision, Verdict
 
 
 class HumanVerdict(StrEnum):

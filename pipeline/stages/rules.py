@@ -3,19 +3,19 @@
 A reject-severity hit rejects, whoever accepted. A review-severity hit goes to a person,
 unless a person accepted (from review), who has seen it. The kill switch holds every
 automatic accept for a person; a person's accept stands. Who accepted
-(`pipeline.authority.accepted_by`, read from the envelope's trail) is recorded, and a
+(`pipeline.bounds.authority.accepted_by`, read from the envelope's trail) is recorded, and a
 judge's or a person's accept turns low word coverage, an opinion below theirs, into a
 finding instead of a hold.
 """
 
 from __future__ import annotations
 
-from pipeline.admission import WorkCaps
-from pipeline.authority import accepted_by
-from pipeline.routing import RouteConfig
-from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
+from pipeline.bounds.authority import accepted_by
+from pipeline.guards.admission import WorkCaps
+from pipeline.policy.routing import RouteConfig
+from pipeline.rungs.rule_checks import RuleInput, RulesAction, RulesConfig, evaluate_rules
 from pipeline.stages.inputs import EnvelopeView, evidence_context
-from pipeline.stages.verdict import Verdict, hold
+from pipeline.trail.verdict import Verdict, hold
 
 
 def decide(

@@ -1,8 +1,8 @@
 """The switch's rule: the session gate, the geometry verdict, and whether a judge decides
-instead (`pipeline.deferral`); the session state it leaves behind.
+instead (`pipeline.policy.deferral`); the session state it leaves behind.
 
 A step of a turn that has already escalated is held for a person (`turn_latched`); every
-decision here that is not an accept latches the turn (`pipeline.sessions`), and so does a
+decision here that is not an accept latches the turn (`pipeline.policy.sessions`), and so does a
 final outcome from further up the ladder that did not reach state (`escalated_turn`).
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.deferral import defer_to_judge, reader_score
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import RouteConfig
+from pipeline.policy.deferral import defer_to_judge, reader_score
+from pipeline.policy.routing import RouteConfig
+from pipeline.policy.sessions import SessionState, enter, leave
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.grounding import GroundingModel
-from pipeline.sessions import SessionState, enter, leave
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 from pipeline.stages.inputs import CandidateView
-from pipeline.stages.verdict import ASK_JUDGE, Verdict, hold
-from pipeline.switch import GroundingSwitch, SwitchAction
+from pipeline.trail.verdict import ASK_JUDGE, Verdict, hold
 
 LATCHED = hold("turn_latched: an earlier step of this turn escalated", "turn_latched")
 NO_GEOMETRY = Verdict(SwitchAction.ESCALATE, "escalate", "no usable geometry on the envelope")

@@ -1,7 +1,7 @@
 """The terminal writer's rule: the first conclusion of a candidate id is its outcome.
 
 Each conclusion a rung reaches is checked against the id's entry in the outcome ledger
-(`pipeline.ledger.admit`): the first is delivered and becomes the entry; any later one (a
+(`pipeline.trail.ledger.admit`): the first is delivered and becomes the entry; any later one (a
 stage that ran a candidate twice, a replica fenced too late) is recorded as a
 `superseded` attempt and delivered nowhere. A person's verdict on a candidate parked in
 review is the one later outcome the ledger lets through. Why one writer decides this is
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.ledger import Admission, Attempt, admit, ledger_entry
-from pipeline.records import SUPERSEDED_STAGE, make_record
+from pipeline.trail.ledger import Admission, Attempt, admit, ledger_entry
+from pipeline.trail.records import SUPERSEDED_STAGE, make_record
 
 
 @dataclass(frozen=True, slots=True)

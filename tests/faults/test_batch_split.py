@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from pipeline.policy import load_policy
-from pipeline.records import make_record
+from pipeline.policy.document import load_policy
+from pipeline.trail.records import make_record
 from tests.integration.conftest import consume_all, until
 from topics.admin import create_topics
 from topics.clients import KafkaConnection

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from pipeline.stages.review import Claim, HumanVerdict
 from tests.integration.conftest import consume_all, produce
 from tests.integration.harness import cli, worker_env

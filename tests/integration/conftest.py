@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import RecordMetadata
 
-from pipeline.records import make_record
+from pipeline.trail.records import make_record
 from topics.admin import create_topics as create_ladder_topics
 from topics.codec import dumps
 from topics.names import Topic

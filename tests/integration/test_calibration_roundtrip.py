@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.policy import load_policy
-from pipeline.results import SGIResult
+from pipeline.bounds.thresholds import SCORE_EPSILON
+from pipeline.policy.document import load_policy
 from pipeline.scores.check import check
-from pipeline.thresholds import SCORE_EPSILON
+from pipeline.scores.results import SGIResult
 from topics.codec import loads
 
 from .harness import FIXTURES, cli, worker_env
@@ -121,9 +121,9 @@ def test_the_library_switch_applies_calibrates_sgi_cuts_to_the_sgi_they_were_fit
     seed's whole-response SGI under the same cuts does not."""
     from pipeline import compute_sgi
     from pipeline.claims.units import answer_core
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
+    from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
     from pipeline.scores.geometric import compute_sgi_batch
-    from pipeline.switch import GroundingSwitch, SwitchAction
     from workers.eval.datasets import load_labelled
 
     policy_path = tmp_path / "policy.toml"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.records import make_record, record_hash
+from pipeline.trail.records import make_record, record_hash
 from topics.codec import dumps, loads
 
 from .conftest import consume_all

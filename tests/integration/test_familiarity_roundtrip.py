@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.defaults import default_encoder
-from pipeline.familiarity import FAMILIAR_SHARE
-from pipeline.policy import load_policy
+from pipeline.guards.familiarity import FAMILIAR_SHARE
+from pipeline.policy.defaults import default_encoder
+from pipeline.policy.document import load_policy
 from pipeline.scores.batch import familiarity_vectors, measure_batch
 from workers.eval.calibration import examples_from
 

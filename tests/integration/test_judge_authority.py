@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.judge import unfence_data
-from pipeline.policy import parse_policy
-from pipeline.records import OUTCOME_STAGE, comparable
+from pipeline.judge.question import unfence_data
+from pipeline.policy.document import parse_policy
+from pipeline.trail.records import OUTCOME_STAGE, comparable
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.scripted_judge import labelled_judge
 from tests.fixtures.fakes import FakeEncoder

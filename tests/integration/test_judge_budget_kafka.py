@@ -31,7 +31,7 @@ import pytest
 from aiohttp import web
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.judge_budget import GATE
+from pipeline.judge.budget import GATE
 from tests.fakes.openai_server import Behaviour, FakeOpenAIServer, Verdict
 from topics.admin import create_topics
 from topics.clients import KafkaConnection

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from pipeline.judge import DATA_BEGIN, DATA_END, THINKING_SWITCH_FIELDS, unfence_data
+from pipeline.judge.question import DATA_BEGIN, DATA_END, THINKING_SWITCH_FIELDS, unfence_data
 from tests.fakes.openai_server import (
     Behaviour,
     FakeOpenAIServer,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.policy import parse_policy
+from pipeline.policy.document import parse_policy
 from topics.codec import loads
 from topics.schema import Candidate, Envelope
 from workers.clients.nli import NliSimilarity
@@ -29,7 +29,7 @@ LABELS = {0: "contradiction", 1: "entailment", 2: "neutral"}
 def _tiny_nli(directory: Path, bias: list[float]) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-    from pipeline.encoder import default_model_path
+    from pipeline.encoding.encoder import default_model_path
 
     config = BertConfig(
         vocab_size=30522,

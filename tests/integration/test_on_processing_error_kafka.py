@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from pipeline.failures import ErrorAction
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from topics.admin import create_topics
 from topics.clients import KafkaConnection
 from topics.names import Topic

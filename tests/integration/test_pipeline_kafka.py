@@ -8,7 +8,7 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
-from pipeline.records import comparable, verify_chain
+from pipeline.trail.records import comparable, verify_chain
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
 

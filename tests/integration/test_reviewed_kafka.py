@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from pipeline.fit.claims_data import reviewed_examples
-from pipeline.policy import DEFAULT_POLICY_PATH, load_policy
+from pipeline.policy.document import DEFAULT_POLICY_PATH, load_policy
 from topics.codec import dumps
 from topics.names import Topic
 from workers.runtime.settings import Settings

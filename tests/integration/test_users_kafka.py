@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.audit import Head, chain_entry, digest, head_of
-from pipeline.records import record_hash
+from pipeline.trail.audit import Head, chain_entry, digest, head_of
+from pipeline.trail.records import record_hash
 from tests.fakes.openai_server import ByCase, FakeOpenAIServer, Verdict, serve_in_thread
 from topics.codec import dumps, loads
 from topics.names import Topic

@@ -9,15 +9,15 @@ import numpy as np
 import orjson
 import pytest
 
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding import fit_grounding
-from pipeline.policy import parse_policy
-from pipeline.records import make_record, verify_chain
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.fit.grounding_model import fit_grounding
+from pipeline.policy.document import parse_policy
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.check import Level, check
 from pipeline.scores.grounding import FEATURES
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import GroundingScore, SGIResult
+from pipeline.trail.records import make_record, verify_chain
 
 NOTHING = Thresholds(sgi_strong_pass=math.inf, sgi_review=0.9, grounding_accept=math.inf)
 

@@ -14,7 +14,7 @@ import yaml
 from aiokafka.protocol.admin import CreateAclsRequest_v1
 from click.testing import CliRunner
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from topics.names import TERMINAL, TOPIC_SPECS, Topic
 from workers.cli import main
 from workers.interfaces import StageContext

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.admission import WorkCaps, admit
 from pipeline.errors import PolicyError
-from pipeline.policy import load_policy
-from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
+from pipeline.guards.admission import WorkCaps, admit
+from pipeline.policy.document import load_policy
+from pipeline.rungs.rule_checks import RuleInput, RulesAction, RulesConfig, evaluate_rules
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic
@@ -81,7 +81,7 @@ class TestAdmit:
         def no_claims(text: str) -> None:
             raise AssertionError("split the claims of an answer over the word cap")
 
-        monkeypatch.setattr("pipeline.admission.split_claims", no_claims)
+        monkeypatch.setattr("pipeline.guards.admission.split_claims", no_claims)
         answer = "The river Alpha flows 12 miles through Berlin. " * 20_000  # ~940 KB
         assert not admit("q", ["ctx"], answer, WorkCaps()).admitted
 
@@ -108,7 +108,7 @@ class TestRulesBounded:
         def measured(*args: object) -> None:
             raise AssertionError("measured source support over the work cap")
 
-        monkeypatch.setattr("pipeline.rules.measure_support", measured)
+        monkeypatch.setattr("pipeline.rungs.rule_checks.measure_support", measured)
         answer = "The river Alpha flows 12 miles through Berlin. " * 20_000
         verdict = evaluate_rules(
             RuleInput("q", self.CONTEXT, answer), RulesConfig(), None, WorkCaps()

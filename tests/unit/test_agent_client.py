@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pipeline.records import content_hash, make_record
+from pipeline.trail.records import content_hash, make_record
 from topics.codec import dumps, loads
 from workers.clients.agent import AgentClient, CandidateConflict, Outcome, OutcomeTimeout
 

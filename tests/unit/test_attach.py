@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from pipeline.attach import AttachMapping, Kind, map_message, resolve, text_of
 from pipeline.errors import PolicyError
-from pipeline.policy import parse_policy
+from pipeline.policy.attach import AttachMapping, Kind, map_message, resolve, text_of
+from pipeline.policy.document import parse_policy
 
 CHAT = AttachMapping.parse({"preset": "openai-chat"})
 RESPONSES = AttachMapping.parse({"preset": "openai-responses"})

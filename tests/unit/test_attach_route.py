@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 from aiokafka import ConsumerRecord
 
-from pipeline.attach import AttachMapping
+from pipeline.policy.attach import AttachMapping
 from topics.codec import loads
 from workers.runtime.attach import route_message
 from workers.runtime.settings import Settings

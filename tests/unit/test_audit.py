@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from pipeline.audit import (
+from pipeline.trail.audit import (
     CandidateMessage,
     DecisionMessage,
     Finding,
@@ -17,7 +17,7 @@ from pipeline.audit import (
     head_of,
     verify,
 )
-from pipeline.records import make_record, record_hash
+from pipeline.trail.records import make_record, record_hash
 
 KEY = b"audit-key"
 T0 = 1_700_000_000.0

@@ -1,19 +1,19 @@
-"""Who may overrule whom (pipeline.authority), what the rules hold under each acceptor,
-and when the switch defers to a configured judge (pipeline.deferral)."""
+"""Who may overrule whom (pipeline.bounds.authority), what the rules hold under each acceptor,
+and when the switch defers to a configured judge (pipeline.policy.deferral)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.authority import Authority, accepted_by, opinion_may_hold
-from pipeline.deferral import defer_to_judge, reader_score, veto_judge_yes
+from pipeline.bounds.authority import Authority, accepted_by, opinion_may_hold
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import PolicyError
-from pipeline.results import GroundingScore, SGIResult
-from pipeline.routing import RouteConfig
-from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
+from pipeline.policy.deferral import defer_to_judge, reader_score, veto_judge_yes
+from pipeline.policy.routing import RouteConfig
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
+from pipeline.rungs.rule_checks import RuleInput, RulesAction, RulesConfig, evaluate_rules
 from pipeline.scores.grounding import CLAIM_READER, GroundingModel
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import GroundingScore, SGIResult
 
 CONTEXT = ("Canberra is the capital city of Australia. Sydney is its largest city.",)
 PARAPHRASE = "Australia's seat of government sits in Canberra, not in its biggest metropolis."

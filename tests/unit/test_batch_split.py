@@ -11,8 +11,8 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
-from pipeline.policy import load_policy
-from pipeline.records import make_record
+from pipeline.policy.document import load_policy
+from pipeline.trail.records import make_record
 from tests.fixtures.fakes import FakeProducer
 from topics.conclusion import Conclusion
 from topics.names import Topic

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from topics.codec import dumps
 from workers.bench.data import retag, shared_context_candidates, unique_candidates
 from workers.bench.kafka import candidate_id, decided_by

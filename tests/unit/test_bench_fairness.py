@@ -3,7 +3,7 @@ expensive, spread among the ordinary candidates (issue 23, item 4)."""
 
 from __future__ import annotations
 
-from pipeline.admission import WorkCaps, admit
+from pipeline.guards.admission import WorkCaps, admit
 from topics.codec import dumps
 from topics.schema import parse_candidate
 from workers.bench.data import unique_candidates

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.breaker import BreakerConfig
 from pipeline.errors import DataFileError
-from pipeline.judge import JudgeConfig, JudgeVerdict, decide_judge
+from pipeline.judge.question import JudgeConfig, JudgeVerdict, decide_judge
+from pipeline.policy.breaker import BreakerConfig
 from workers.bench.judge import (
     audit,
     frontier,

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.breaker import (
+from pipeline.errors import PolicyError
+from pipeline.policy.breaker import (
     CLOSED,
     BreakerConfig,
     BreakerState,
@@ -17,7 +18,6 @@ from pipeline.breaker import (
     on_failure,
     on_success,
 )
-from pipeline.errors import PolicyError
 
 CFG = BreakerConfig(threshold=3, cooldown_seconds=30.0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from pipeline.routing import RouteConfig
+from pipeline.policy.routing import RouteConfig
 from workers.clients.endpoints import EndpointPool
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.claims.units import answer_core
 from pipeline.errors import PolicyError, ScoringError
 from pipeline.fit.calibrate import (
@@ -19,7 +20,6 @@ from pipeline.fit.calibrate import (
     fit_thresholds_from_scores,
 )
 from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch, dgi_from_embeddings
-from pipeline.thresholds import Thresholds
 
 
 def labelled(values: Sequence[float], grounded: bool) -> list[tuple[float, bool]]:
@@ -262,8 +262,8 @@ class TestFitThresholds:
         the answer's core), and the switch under the fitted cuts decides every training
         answer as the fit counted it in-sample. Whole-response SGI would not."""
         import pipeline
+        from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
         from pipeline.scores.batch import measure_batch
-        from pipeline.switch import GroundingSwitch, SwitchAction
 
         encoder = HashEncoder()
         data: list[dict[str, object]] = []
@@ -323,12 +323,12 @@ class TestFitThresholds:
     def test_reference_not_loaded_without_dgi_examples(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import pipeline.defaults
+        import pipeline.policy.defaults
 
         def fail() -> np.ndarray:
             raise AssertionError("default reference should not be loaded")
 
-        monkeypatch.setattr(pipeline.defaults, "default_reference", fail)
+        monkeypatch.setattr(pipeline.policy.defaults, "default_reference", fail)
         data = [e for e in examples() if "context" in e]
         fit = fit_thresholds(data, encoder=HashEncoder())
         assert fit.metrics["dgi_default_kept"] is True

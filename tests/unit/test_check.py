@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import PolicyError
-from pipeline.policy import _thresholds
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.policy.document import _thresholds
+from pipeline.rungs.grounding_switch import GroundingSwitch
 from pipeline.scores.check import Check, Level, check
 from pipeline.scores.grounding import LONG_FORM
-from pipeline.switch import GroundingSwitch
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 
 
 def sgi(value: float) -> SGIResult:

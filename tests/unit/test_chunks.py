@@ -1,10 +1,10 @@
-"""The one rule for reading a context as chunks (pipeline.chunks)."""
+"""The one rule for reading a context as chunks (pipeline.encoding.chunks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import ScoringError
 
 

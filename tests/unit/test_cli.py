@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pipeline.records import make_record
+from pipeline.trail.records import make_record
 from topics.codec import dumps, loads
 from workers.cli import main
 from workers.interfaces import ControlState

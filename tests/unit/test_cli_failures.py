@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import pytest
 
-from pipeline.policy import DEFAULT_POLICY_PATH
+from pipeline.policy.document import DEFAULT_POLICY_PATH
 from workers.cli import main
 from workers.runtime.ready import announce_ready
 from workers.runtime.settings import Settings

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.consistency import (
+from pipeline.errors import PolicyError, ScoringError
+from pipeline.rungs.self_consistency import (
     BudgetLimit,
     ConsistencyConfig,
     ConsistencyLevel,
@@ -19,7 +20,6 @@ from pipeline.consistency import (
     group_by_meaning,
     level_for,
 )
-from pipeline.errors import PolicyError, ScoringError
 
 SAME, OTHER = 0.95, 0.10
 

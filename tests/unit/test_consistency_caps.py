@@ -9,9 +9,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from pipeline.admission import WorkCaps, admit_samples
 from pipeline.errors import PolicyError
-from pipeline.policy import load_policy
+from pipeline.guards.admission import WorkCaps, admit_samples
+from pipeline.policy.document import load_policy
 from pipeline.stages import consistency
 from tests.fixtures.fakes import FakeEncoder
 from topics.codec import loads

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.fit.calibrate import strong_pass_cut
-from pipeline.thresholds import SCORE_EPSILON
 
 
 def fit(scores, labels, floor=0.95, max_accept_error=0.0):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from pipeline.records import make_record
 from pipeline.stages.review import HumanVerdict
+from pipeline.trail.records import make_record
 from topics.codec import loads
 from workers.runtime.settings import Settings
 from workers.web.app import build_app

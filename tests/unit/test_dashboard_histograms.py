@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.records import make_record
+from pipeline.trail.records import make_record
 from workers.web.state import DashboardState
 
 CUTS = {

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings
 from workers.web import app as dashboard
@@ -124,7 +124,7 @@ T0 = 1_764_676_800.0
 
 
 def rec(cid: str, at: float, **extra: Any) -> dict[str, Any]:
-    from pipeline.records import make_record
+    from pipeline.trail.records import make_record
 
     fields = {"session_id": "s", "turn": 0, "action": "scored", "write_to_state": False}
     fields |= {"reason": "", "policy_version": "", "decided_at": at, "mode": "", "route": ""}

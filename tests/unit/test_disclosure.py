@@ -8,11 +8,11 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.consistency import decide_consistency
-from pipeline.disclosure import PUBLIC_EVIDENCE, public_record
-from pipeline.policy import parse_policy
-from pipeline.records import make_record
-from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
+from pipeline.policy.document import parse_policy
+from pipeline.rungs.rule_checks import RuleInput, RulesConfig, evaluate_rules
+from pipeline.rungs.self_consistency import decide_consistency
+from pipeline.trail.disclosure import PUBLIC_EVIDENCE, public_record
+from pipeline.trail.records import make_record
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import (
     CONTEXT,

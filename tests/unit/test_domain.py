@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.domain import Domain, shape_inputs, task_of
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding import fit_grounding
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.fit.grounding_model import fit_grounding
+from pipeline.guards.domain import Domain, shape_inputs, task_of
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.check import check
 from pipeline.scores.grounding import FEATURES, GroundingModel, grounding_features, score_grounding
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import GroundingScore, SGIResult
 from topics.schema import GeometryPayload
 from workers.eval.report import summarize
 

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from pipeline.claims.units import answer_core
-from pipeline.policy import parse_policy
-from pipeline.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
+from pipeline.policy.document import parse_policy
+from pipeline.trail.records import OUTCOME_STAGE, comparable, sanitize, verify_chain
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import (
     CONTEXT,

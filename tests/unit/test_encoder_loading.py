@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pipeline.defaults import default_policy
+from pipeline.policy.defaults import default_policy
 from workers.clients import encoder as stage_encoders
 from workers.interfaces import StageContext
 from workers.runtime.ladder import LADDER, row

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from pipeline.evidence import MAX_BYTES, MAX_CHARS, MAX_ITEMS, TRUNCATED, cap_evidence
-from pipeline.records import make_record
+from pipeline.trail.evidence import MAX_BYTES, MAX_CHARS, MAX_ITEMS, TRUNCATED, cap_evidence
+from pipeline.trail.records import make_record
 
 
 def record(evidence: dict) -> dict:

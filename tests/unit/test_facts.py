@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.authority import Authority
+from pipeline.bounds.authority import Authority
 from pipeline.claims.facts import is_artefact
 from pipeline.claims.support import measure_support
-from pipeline.rules import RuleInput, RulesAction, RulesConfig, evaluate_rules
+from pipeline.rungs.rule_checks import RuleInput, RulesAction, RulesConfig, evaluate_rules
 
 
 def flagged(response: str, context: str, question: str = "") -> dict[str, bool]:

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tomli_w
 
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.familiarity import DIGITS, Familiarity, familiarity_vector, packed, rounded
-from pipeline.fit.familiarity import fit_familiarity, out_of_fold_distances
-from pipeline.fit.grounding import fit_grounding
-from pipeline.policy import parse_policy
+from pipeline.fit.familiarity_model import fit_familiarity, out_of_fold_distances
+from pipeline.fit.grounding_model import fit_grounding
+from pipeline.guards.familiarity import DIGITS, Familiarity, familiarity_vector, packed, rounded
+from pipeline.policy.document import parse_policy
 from pipeline.scores.grounding import FEATURES, GroundingModel
-from pipeline.thresholds import SCORE_EPSILON
 
 DIM = 40
 

@@ -19,7 +19,7 @@ def test_every_per_user_cache_is_this_sessions_own() -> None:
 def test_matplotlib_and_the_onnx_export_start_empty_here_and_in_subprocesses() -> None:
     """What the libraries themselves resolve, in a process the suite starts."""
     code = (
-        "import matplotlib; from pipeline.onnx_encoder import cache_root;"
+        "import matplotlib; from pipeline.encoding.onnx_encoder import cache_root;"
         "print(matplotlib.get_configdir()); print(matplotlib.get_cachedir()); print(cache_root())"
     )
     root = Path(__file__).resolve().parents[2]

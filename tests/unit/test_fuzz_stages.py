@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from tests.fixtures.fakes import HashEncoder
 from tests.fixtures.fuzz import INPUTS, is_good, message, with_id
 from topics.conclusion import read_conclusion

@@ -8,9 +8,8 @@ import pytest
 from pipeline.claims.head import LEXICAL_FEATURES, ClaimHead
 from pipeline.claims.units import ClaimSupport, answer_core
 from pipeline.errors import PolicyError, ScoringError
-from pipeline.fit.grounding import accepted_by, fit_grounding, fit_logistic, regime_cuts
+from pipeline.fit.grounding_model import accepted_by, fit_grounding, fit_logistic, regime_cuts
 from pipeline.fit.metrics import auroc
-from pipeline.results import SGIResult
 from pipeline.scores.batch import score_batch
 from pipeline.scores.grounding import (
     BASE_FEATURES,
@@ -21,6 +20,7 @@ from pipeline.scores.grounding import (
     grounding_features,
     score_grounding,
 )
+from pipeline.scores.results import SGIResult
 
 SOURCE = (
     "Porto lies on the Douro river. The old town climbs the northern bank. "

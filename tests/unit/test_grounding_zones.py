@@ -11,10 +11,10 @@ import math
 
 import pytest
 
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.bounds.thresholds import Thresholds
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.check import Level, check
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
+from pipeline.scores.results import GroundingScore, SGIResult
 
 CUTS = Thresholds(grounding_accept=0.7, grounding_review=0.4)
 SGI = SGIResult(1.3, 1.0, 0.77, 0, 1)

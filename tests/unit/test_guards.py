@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.familiarity import Familiarity
-from pipeline.fit.familiarity import fit_familiarity
-from pipeline.policy import parse_policy
-from pipeline.results import GroundingScore
-from pipeline.routing import RouteConfig
+from pipeline.bounds.thresholds import Thresholds
+from pipeline.fit.familiarity_model import fit_familiarity
+from pipeline.guards.familiarity import Familiarity
+from pipeline.policy.document import parse_policy
+from pipeline.policy.routing import RouteConfig
+from pipeline.policy.sessions import SessionState
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.batch import familiarity_vectors, score_batch
 from pipeline.scores.grounding import FEATURES, GroundingModel
-from pipeline.sessions import SessionState
+from pipeline.scores.results import GroundingScore
 from pipeline.stages import geometry, switch
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
 from tests.fixtures.fakes import FakeEncoder
 from topics.schema import Candidate, Envelope, GeometryPayload, parse_envelope
 from workers.stages.geometry import _score_by_route

@@ -9,8 +9,8 @@ import time
 import orjson
 import pytest
 
-from pipeline.breaker import BreakerConfig, BreakerStatus
-from pipeline.judge import JudgeConfig, JudgeStatus, JudgeVerdict, decide_judge
+from pipeline.judge.question import JudgeConfig, JudgeStatus, JudgeVerdict, decide_judge
+from pipeline.policy.breaker import BreakerConfig, BreakerStatus
 from tests.fakes.openai_server import FakeOpenAIServer, Garbage, Verdict
 from workers.clients.llm import CallKind, ChatEndpoint
 

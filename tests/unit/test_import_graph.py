@@ -8,7 +8,17 @@ cycle between any two modules of `pipeline/`, `topics/` and `workers/`; no `work
 
 (the stage interfaces depend on nothing in `workers/`; a client never reaches up to a
 stage, a stage never to the runtime that runs it; eval, bench and the dashboard are
-peers that never import each other)."""
+peers that never import each other).
+
+Inside `pipeline/` the rooms are ordered the same way, each importing only those below it:
+
+    errors, files, failures ← encoding ← bounds ← claims ← guards ← scores ← trail
+        ← rungs ← judge ← policy ← {stages, fit} ← pipeline (the public face)
+
+(the modules at the top of `pipeline/` are the floor every room may read; the stages and
+the offline fit are peers that never import each other; `pipeline/__init__.py` re-exports
+from the rooms and nothing imports it back). The top holds only packages and the floor's
+few modules, no folder more than a dozen modules, and no module name twice."""
 
 from __future__ import annotations
 
@@ -30,6 +40,26 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"workers.eval", "workers.bench", "workers.web"}),
     frozenset({"workers.cli"}),
 )
+
+
+FLOOR = frozenset({"pipeline.errors", "pipeline.files", "pipeline.failures"})
+"""The modules at the top of `pipeline/`: they belong to no concept, every room reads them."""
+ROOMS: tuple[frozenset[str], ...] = (
+    FLOOR,
+    frozenset({"pipeline.encoding"}),
+    frozenset({"pipeline.bounds"}),
+    frozenset({"pipeline.claims"}),
+    frozenset({"pipeline.guards"}),
+    frozenset({"pipeline.scores"}),
+    frozenset({"pipeline.trail"}),
+    frozenset({"pipeline.rungs"}),
+    frozenset({"pipeline.judge"}),
+    frozenset({"pipeline.policy"}),
+    frozenset({"pipeline.stages", "pipeline.fit"}),
+    frozenset({"pipeline"}),
+)
+"""`pipeline/`'s rooms from the bottom up; a room imports only the rooms below it."""
+MOST_MODULES = 12
 
 
 def module_name(path: Path) -> str:
@@ -79,6 +109,33 @@ def folder(module: str) -> str:
 
 def layer(name: str) -> int:
     return next(i for i, members in enumerate(LAYERS) if name in members)
+
+
+def room(module: str) -> str:
+    """A core module's room: its package directly under `pipeline/`, or itself for a floor
+    module; `pipeline` (the package's `__init__`, the public face) is a room of its own."""
+    parts = module.split(".")
+    if len(parts) == 1 or module in FLOOR:
+        return module
+    return ".".join(parts[:2])
+
+
+def room_rank(name: str) -> int:
+    return next(i for i, members in enumerate(ROOMS) if name in members)
+
+
+def upward_room_edges(edges: Mapping[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports between rooms of `pipeline/` that do not go strictly down (peers included)."""
+    out = set()
+    for name, targets in edges.items():
+        for target in targets:
+            if target.split(".")[0] != "pipeline":
+                continue
+            a, b = room(name), room(target)
+            floor = a in FLOOR and b in FLOOR  # the floor's modules read each other
+            if a != b and not floor and room_rank(a) <= room_rank(b):
+                out.add((name, target))
+    return out
 
 
 def upward_edges(edges: Mapping[str, set[str]]) -> set[tuple[str, str]]:
@@ -156,6 +213,35 @@ class TestThePipelinePackage:
         assert offenders == set()
 
 
+class TestTheRooms:
+    def test_every_room_imports_only_the_rooms_below_it(self) -> None:
+        assert upward_room_edges(graph()) == set()
+
+    def test_every_room_has_a_place_in_the_order(self) -> None:
+        rooms = {room(name) for name in modules()}
+        assert rooms == set().union(*ROOMS)
+
+    def test_the_top_holds_only_rooms_and_the_floor(self) -> None:
+        top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+        assert {f"pipeline.{stem}" for stem in top} == FLOOR
+        for member in set().union(*ROOMS) - FLOOR - {"pipeline"}:
+            assert (ROOT / member.replace(".", "/") / "__init__.py").is_file(), member
+
+    def test_every_room_says_what_it_holds(self) -> None:
+        for init in PACKAGE.glob("*/__init__.py"):
+            doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+            assert doc and len(doc) > 100, init.parent.name
+
+    def test_no_folder_holds_more_than_a_dozen_modules(self) -> None:
+        for folder_ in [PACKAGE, *(p.parent for p in PACKAGE.glob("*/__init__.py"))]:
+            count = len([p for p in folder_.glob("*.py") if p.name != "__init__.py"])
+            assert count <= MOST_MODULES, (folder_.name, count)
+
+    def test_no_module_name_twice(self) -> None:
+        stems = [p.stem for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"]
+        assert sorted(stems) == sorted(set(stems))
+
+
 class TestTheWholeTree:
     def test_has_no_import_cycle_between_modules(self) -> None:
         assert cycles(graph(TREE)) == []
@@ -174,9 +260,9 @@ class TestTheProbe:
 
     def test_reads_the_real_edges(self) -> None:
         edges = graph()
-        assert "pipeline.scores.check" in edges["pipeline.switch"]
-        assert "pipeline.defaults" in edges["pipeline.fit.calibrate"]  # `from pipeline import`
-        assert "pipeline.fit.metrics" in edges["pipeline.fit.grounding"]
+        assert "pipeline.scores.check" in edges["pipeline.rungs.grounding_switch"]
+        assert "pipeline.policy.defaults" in edges["pipeline.fit.calibrate"]  # `from a import b`
+        assert "pipeline.fit.metrics" in edges["pipeline.fit.grounding_model"]
 
     def test_sees_an_import_inside_a_function(self) -> None:
         source = "def f():\n    from pipeline.fit.metrics import auroc\n    return auroc\n"
@@ -184,8 +270,8 @@ class TestTheProbe:
         assert imports_of("pipeline.x", source, known) == {"pipeline.fit.metrics"}
 
     def test_resolves_relative_imports(self) -> None:
-        known = {"pipeline.fit.grounding", "pipeline.fit.metrics"}
-        found = imports_of("pipeline.fit.grounding", "from .metrics import auroc\n", known)
+        known = {"pipeline.fit.grounding_model", "pipeline.fit.metrics"}
+        found = imports_of("pipeline.fit.grounding_model", "from .metrics import auroc\n", known)
         assert found == {"pipeline.fit.metrics"}
 
     def test_finds_a_cycle_closed_through_a_third_module(self) -> None:
@@ -201,6 +287,19 @@ class TestTheProbe:
         assert upward_edges(edges) == {
             ("workers.clients.encoder", "workers.stages.kit"),
             ("workers.web.app", "workers.bench.report"),
+        }
+
+    def test_flags_an_import_up_the_rooms_and_between_peer_rooms(self) -> None:
+        edges = {
+            "pipeline.claims.readers": {"pipeline.scores.grounding", "pipeline.errors"},
+            "pipeline.judge.budget": {"pipeline.stages.verdict", "pipeline.trail.verdict"},
+            "pipeline.fit.calibrate": {"pipeline.stages.geometry", "pipeline.policy.defaults"},
+            "pipeline.errors": {"pipeline.failures"},
+        }
+        assert upward_room_edges(edges) == {
+            ("pipeline.claims.readers", "pipeline.scores.grounding"),
+            ("pipeline.judge.budget", "pipeline.stages.verdict"),
+            ("pipeline.fit.calibrate", "pipeline.stages.geometry"),
         }
 
     def test_finds_no_cycle_in_a_layered_graph(self) -> None:

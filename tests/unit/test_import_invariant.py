@@ -41,16 +41,16 @@ def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
         "import pipeline",
         "from pipeline import GroundingSwitch, check, compute_sgi, load_policy",
         "from pipeline import score_candidate, default_policy; default_policy()",
-        "import pipeline.scores.geometric, pipeline.switch, pipeline.scores.check",
-        "import pipeline.records",
-        "import pipeline.policy, pipeline.routing, pipeline.sessions",
+        "import pipeline.scores.geometric, pipeline.rungs.grounding_switch, pipeline.scores.check",
+        "import pipeline.trail.records",
+        "import pipeline.policy.document, pipeline.policy.routing, pipeline.policy.sessions",
     ],
 )
 def test_core_loads_no_model_and_no_kafka(statement):
     assert loaded_after(statement, HEAVY) == []
 
 
-@pytest.mark.parametrize("statement", ["import pipeline", "import pipeline.defaults"])
+@pytest.mark.parametrize("statement", ["import pipeline", "import pipeline.policy.defaults"])
 def test_core_loads_no_fitting_code(statement):
     # pipeline.fit (calibration, metrics, model fitting) is offline work, never the core's.
     assert [m for m in modules_after(statement) if m.startswith("pipeline.fit")] == []

@@ -10,7 +10,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from pipeline.failures import ErrorAction
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic

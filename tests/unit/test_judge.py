@@ -8,7 +8,7 @@ import math
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.judge import (
+from pipeline.judge.question import (
     DATA_BEGIN,
     DATA_END,
     JudgeConfig,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import pipeline.encoder
+import pipeline.encoding.encoder
 import workers.eval.reviewed as reviewed
 from tests.fixtures.fakes import HashEncoder
 from workers.cli import main
@@ -105,7 +105,9 @@ def estimate(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
         return judge_accuracy(records, since=since, route=route)
 
     monkeypatch.setattr(reviewed, "read_judge_accuracy", read)
-    monkeypatch.setattr(pipeline.encoder, "default_encoder", lambda *a, **k: HashEncoder(dim=16))
+    monkeypatch.setattr(
+        pipeline.encoding.encoder, "default_encoder", lambda *a, **k: HashEncoder(dim=16)
+    )
     return seen
 
 

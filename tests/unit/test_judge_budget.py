@@ -1,4 +1,4 @@
-"""Judge budgets, pure (`pipeline.judge_budget`): partition shares that sum to the budget,
+"""Judge budgets, pure (`pipeline.judge.budget`): partition shares that sum to the budget,
 the sliding windows at their edges, admission under each `over_budget`, and that over
 budget is never an accept."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.judge_budget import (
+from pipeline.judge.budget import (
     GATE,
     NO_TENANT,
     Account,
@@ -28,9 +28,9 @@ from pipeline.judge_budget import (
     partition_share,
     tenant_of,
 )
-from pipeline.policy import parse_policy
-from pipeline.stages.verdict import HOLD
-from pipeline.switch import SwitchAction
+from pipeline.policy.document import parse_policy
+from pipeline.rungs.grounding_switch import SwitchAction
+from pipeline.trail.verdict import HOLD
 from workers.stages.routes import route as next_topic
 
 W = 61.0  # the production window with its guard

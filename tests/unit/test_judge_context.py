@@ -14,8 +14,22 @@ from aiohttp import web
 
 from pipeline.claims.head import LEXICAL_FEATURES, ClaimHead, assess
 from pipeline.claims.units import ClaimSupport, Window, split_claims
+from pipeline.encoding.tokens import (
+    TokenUsage,
+    call_tokens,
+    estimate_request_tokens,
+    estimate_tokens,
+)
 from pipeline.errors import PolicyError
-from pipeline.judge import (
+from pipeline.judge.context import (
+    DEFAULT_MAX_CONTEXT_TOKENS,
+    MAX_RANKED_CLAIMS,
+    MAX_RANKED_WINDOWS,
+    MIN_CONTEXT_TOKENS,
+    ContextSelection,
+    judge_context,
+)
+from pipeline.judge.question import (
     DATA_BEGIN,
     DATA_END,
     JUDGE_SYSTEM_PROMPT,
@@ -24,17 +38,8 @@ from pipeline.judge import (
     build_judge_request,
     unfence_data,
 )
-from pipeline.judge_evidence import (
-    DEFAULT_MAX_CONTEXT_TOKENS,
-    MAX_RANKED_CLAIMS,
-    MAX_RANKED_WINDOWS,
-    MIN_CONTEXT_TOKENS,
-    ContextSelection,
-    judge_context,
-)
-from pipeline.policy import parse_policy
-from pipeline.results import GroundingScore, SGIResult
-from pipeline.tokens import TokenUsage, call_tokens, estimate_request_tokens, estimate_tokens
+from pipeline.policy.document import parse_policy
+from pipeline.scores.results import GroundingScore, SGIResult
 from tests.fakes.openai_server import Behaviour, FakeOpenAIServer, Verdict
 from topics.codec import loads
 from topics.names import Topic

@@ -17,12 +17,12 @@ from aiohttp import web
 from aiokafka import ConsumerRecord
 from prometheus_client.exposition import generate_latest
 
-from pipeline.breaker import BreakerStatus
-from pipeline.judge import JudgeReadout, JudgeStatus
-from pipeline.judge_budget import GATE
-from pipeline.policy import parse_policy
-from pipeline.replay import RecordedTrail, trails
-from pipeline.tokens import TokenUsage
+from pipeline.encoding.tokens import TokenUsage
+from pipeline.judge.budget import GATE
+from pipeline.judge.question import JudgeReadout, JudgeStatus
+from pipeline.policy.breaker import BreakerStatus
+from pipeline.policy.document import parse_policy
+from pipeline.trail.replay import RecordedTrail, trails
 from tests.fakes.openai_server import Behaviour, FakeOpenAIServer, Status, Verdict
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import QUESTION as QUESTION_S

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import pipeline.encoder
-from pipeline.consistency import ConsistencyConfig
+import pipeline.encoding.encoder
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding import feature_matrix, fit_grounding
+from pipeline.fit.grounding_model import feature_matrix, fit_grounding
 from pipeline.fit.judge_share import (
     BOUND_Z,
     FRONTIER_SHARES,
@@ -28,19 +28,19 @@ from pipeline.fit.judge_share import (
     fit_judge_share,
     wilson_upper,
 )
-from pipeline.judge import JudgeConfig, JudgeReadout, JudgeStatus
-from pipeline.policy import parse_policy
-from pipeline.provenance import SampleEvidence
-from pipeline.results import GroundingScore, SGIResult
-from pipeline.routing import RouteConfig
+from pipeline.guards.provenance import SampleEvidence
+from pipeline.judge.question import JudgeConfig, JudgeReadout, JudgeStatus
+from pipeline.policy.document import parse_policy
+from pipeline.policy.routing import RouteConfig
+from pipeline.policy.sessions import SessionState
+from pipeline.rungs.grounding_switch import SwitchAction
+from pipeline.rungs.self_consistency import ConsistencyConfig
 from pipeline.scores.grounding import FEATURES, LONG_FORM
-from pipeline.sessions import SessionState
+from pipeline.scores.results import GroundingScore, SGIResult
 from pipeline.stages import consistency as consistency_stage
 from pipeline.stages import judge as judge_stage
 from pipeline.stages import switch as switch_stage
-from pipeline.stages.verdict import ASK_JUDGE, DEFER, HOLD
-from pipeline.switch import SwitchAction
-from pipeline.thresholds import SCORE_EPSILON
+from pipeline.trail.verdict import ASK_JUDGE, DEFER, HOLD
 from tests.fixtures.fakes import HashEncoder
 from topics.schema import Candidate
 from workers.cli.__main__ import main
@@ -396,7 +396,9 @@ class TestTheGroundingVeto:
 @pytest.fixture
 def hashed(monkeypatch: pytest.MonkeyPatch) -> None:
     """calibrate's encoder: hashed vectors, no model to load."""
-    monkeypatch.setattr(pipeline.encoder, "default_encoder", lambda *a, **k: HashEncoder(dim=16))
+    monkeypatch.setattr(
+        pipeline.encoding.encoder, "default_encoder", lambda *a, **k: HashEncoder(dim=16)
+    )
 
 
 def calibrate(out: Path, *options: str):
@@ -526,6 +528,6 @@ class TestCalibrateCommand:
 
         args = ["calibrate", str(LABELLED), "--out", str(tmp_path / "p.toml"), *options]
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(pipeline.encoder, "default_encoder", refuse)
+            m.setattr(pipeline.encoding.encoder, "default_encoder", refuse)
             result = CliRunner().invoke(main, args)
         assert result.exit_code == 2 and message in result.output

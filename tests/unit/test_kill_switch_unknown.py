@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from tests.fixtures.fakes import FakeProducer
 from topics.clients import KafkaConnection
 from topics.names import Topic

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.language import check_languages, detect, encoder_languages, parse_languages
-from pipeline.policy import parse_policy
-from pipeline.routing import RouteConfig
+from pipeline.guards.language import check_languages, detect, encoder_languages, parse_languages
+from pipeline.policy.document import parse_policy
+from pipeline.policy.routing import RouteConfig
 
 EN_CONTEXT = [
     "On the Business plan, deleted files are moved to a recovery area and can be restored "

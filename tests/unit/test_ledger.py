@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.ledger import Admission, Attempt, admit, ledger_entry
+from pipeline.trail.ledger import Admission, Attempt, admit, ledger_entry
 
 
 def entry(topic: str, *, human: bool = False) -> dict:

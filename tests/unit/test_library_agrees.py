@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 import pipeline
-from pipeline import switch as core_switch
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.bounds.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.rungs import grounding_switch as core_switch
 from pipeline.scores.check import check as core_check
-from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.scores.results import GroundingScore, SGIResult
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, R_MIDDLE, VECTORS
 from topics.codec import dumps

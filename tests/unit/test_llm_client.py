@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from pipeline.breaker import BreakerConfig, BreakerStatus
-from pipeline.consistency import BudgetLimit
 from pipeline.errors import PolicyError
-from pipeline.judge import JudgeConfig, JudgeStatus, JudgeVerdict, decide_judge
+from pipeline.judge.question import JudgeConfig, JudgeStatus, JudgeVerdict, decide_judge
+from pipeline.policy.breaker import BreakerConfig, BreakerStatus
+from pipeline.rungs.self_consistency import BudgetLimit
 from tests.fakes.openai_server import (
     Drop,
     FakeOpenAIServer,

@@ -11,7 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from pipeline.failures import ErrorAction
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from tests.fixtures.fakes import FakeBatch, FakeProducer
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from pipeline.claims import support
-from pipeline.memo import TextMemo
+from pipeline.encoding.memo import TextMemo
 
 
 def test_evicts_least_recently_used_by_characters_held() -> None:

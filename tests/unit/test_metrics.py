@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import ScoringError
 from pipeline.fit.metrics import (
     auroc,
@@ -19,7 +20,6 @@ from pipeline.fit.metrics import (
     youden_j,
     youden_threshold,
 )
-from pipeline.thresholds import SCORE_EPSILON
 
 T, F = True, False
 

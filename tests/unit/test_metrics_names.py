@@ -14,8 +14,8 @@ from aiokafka.structs import TopicPartition
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.breaker import BreakerStatus
-from pipeline.policy import load_policy
+from pipeline.policy.breaker import BreakerStatus
+from pipeline.policy.document import load_policy
 from workers.interfaces import Inbound, StageContext
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.metrics import StageMetrics, metrics_port

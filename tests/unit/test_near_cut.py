@@ -3,11 +3,11 @@ such by the switch, in its record, and by replay — never counted as a policy's
 
 from __future__ import annotations
 
-from pipeline.replay import RecordedTrail, compare, summarize
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.bounds.thresholds import SCORE_EPSILON, Thresholds
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from pipeline.scores.grounding import LONG_FORM
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import SCORE_EPSILON, Thresholds
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
+from pipeline.trail.replay import RecordedTrail, compare, summarize
 
 EPS = SCORE_EPSILON
 CUTS = Thresholds(

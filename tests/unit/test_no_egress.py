@@ -7,13 +7,13 @@ import socket
 import numpy as np
 import pytest
 
-from pipeline.consistency import decide_consistency
-from pipeline.policy import parse_policy
-from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
+from pipeline.bounds.thresholds import SGI_DEGENERATE, Thresholds
+from pipeline.policy.document import parse_policy
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
+from pipeline.rungs.rule_checks import RuleInput, RulesConfig, evaluate_rules
+from pipeline.rungs.self_consistency import decide_consistency
 from pipeline.scores.check import Level, check
 from pipeline.scores.geometric import compute_dgi_batch, compute_sgi_batch
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import SGI_DEGENERATE, Thresholds
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import STANDARD, VECTORS
 from workers.interfaces import StageContext

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.chunks import context_chunks
-from pipeline.encoder import SentenceEncoder
-from pipeline.onnx_encoder import onnx_path
+from pipeline.encoding.chunks import context_chunks
+from pipeline.encoding.encoder import SentenceEncoder
+from pipeline.encoding.onnx_encoder import onnx_path
 from topics.codec import loads
 from workers.runtime.settings import Settings, SettingsError
 
@@ -89,7 +89,7 @@ def test_unknown_backend_is_refused():
 
 def test_the_embedded_ladder_loads_the_backend_the_setting_names(monkeypatch):
     # `verify` and `eval` (the embedded ladder) must honour the setting as the workers do.
-    from pipeline.defaults import default_policy
+    from pipeline.policy.defaults import default_policy
     from workers.clients import encoder as stage_encoders
     from workers.runtime.verify import make_context
 
@@ -103,7 +103,7 @@ def test_the_embedded_ladder_loads_the_backend_the_setting_names(monkeypatch):
 
 
 def test_an_image_can_keep_its_export_outside_the_cache(monkeypatch, tmp_path):
-    from pipeline.onnx_encoder import cache_root
+    from pipeline.encoding.onnx_encoder import cache_root
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("GROUNDSTREAM_ONNX_DIR", raising=False)

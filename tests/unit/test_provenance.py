@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.provenance import (
+from pipeline.guards.provenance import (
     DEFAULT_GROUNDING_SOURCES,
     SHORT_SPAN_CHARS,
     Chunk,

@@ -15,9 +15,14 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from pipeline.defaults import default_policy
-from pipeline.encoder import DEFAULT_MODEL_ID, SentenceEncoder, default_model_path, encoder_id
-from pipeline.onnx_encoder import KEEP_FP32, OnnxModel, export_onnx, onnx_path
+from pipeline.encoding.encoder import (
+    DEFAULT_MODEL_ID,
+    SentenceEncoder,
+    default_model_path,
+    encoder_id,
+)
+from pipeline.encoding.onnx_encoder import KEEP_FP32, OnnxModel, export_onnx, onnx_path
+from pipeline.policy.defaults import default_policy
 from tests.unit.test_onnx_encoder import fixture_texts
 from workers.cli import main
 from workers.eval.quantized import Comparison, FileResult, Side
@@ -63,7 +68,7 @@ def test_int8_embeddings_are_close_to_fp32_but_not_equal(cache):
 
 def test_int8_encoder_runs_without_torch_and_names_its_precision(cache):
     probe = (
-        "import sys; from pipeline.encoder import SentenceEncoder;"
+        "import sys; from pipeline.encoding.encoder import SentenceEncoder;"
         "e = SentenceEncoder(backend='onnx-int8');"
         "assert e.encode(['A red car is parked.']).shape == (1, 384);"
         "assert 'torch' not in sys.modules; print(e.model_id)"
@@ -201,7 +206,7 @@ def test_export_command_prints_where_the_int8_graph_is(cache, monkeypatch):
 
 
 def test_weights_recipe_keeps_activations_fp32_and_stays_closer_than_dynamic(cache, tmp_path):
-    from pipeline.onnx_encoder import quantize_int8
+    from pipeline.encoding.onnx_encoder import quantize_int8
 
     fp32_graph = onnx_path(default_model_path(), cache)
     graph = quantize_int8(fp32_graph, tmp_path / "weights.onnx", "weights")
@@ -220,7 +225,7 @@ def test_weights_recipe_keeps_activations_fp32_and_stays_closer_than_dynamic(cac
 
 
 def test_an_unknown_int8_recipe_is_refused_by_name(tmp_path):
-    from pipeline.onnx_encoder import quantize_int8
+    from pipeline.encoding.onnx_encoder import quantize_int8
 
     with pytest.raises(ValueError, match="int8 recipe 'int4': expected one of dynamic, weights"):
         quantize_int8(tmp_path / "none.onnx", tmp_path / "out.onnx", "int4")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.policy import parse_policy
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.policy.document import parse_policy
 from pipeline.scores.grounding import CLAIM_READER, FEATURES
+from pipeline.scores.results import GroundingScore, SGIResult
 from tests.fakes.openai_server import FakeOpenAIServer, Verdict
 from topics.codec import loads
 from topics.names import Topic

@@ -24,9 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.claims.readers import META_FILE, reader_identity, served_reader_problem
-from pipeline.policy import load_policy
-from pipeline.scores.grounding import CLAIM_READER, FEATURES, GroundingModel, reads_claims
+from pipeline.claims.readers import META_FILE, reader_identity
+from pipeline.policy.document import load_policy
+from pipeline.scores.grounding import (
+    CLAIM_READER,
+    FEATURES,
+    GroundingModel,
+    reads_claims,
+    served_reader_problem,
+)
 from workers.runtime.settings import Settings, SettingsError
 
 torch = pytest.importorskip("torch")
@@ -90,7 +96,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from click.testing import CliRunner
 
     from pipeline.claims.readers import ReaderKind
-    from pipeline.defaults import default_claim_reader
+    from pipeline.policy.defaults import default_claim_reader
     from workers.cli import main
     from workers.eval import calibration
     from workers.eval.reader_export import export_reader
@@ -243,7 +249,7 @@ def test_the_without_side_is_the_fit_calibrate_makes_with_no_reader(fitted, monk
     without --reader on the same data: its feature reads 0 and the fit gives it no weight."""
     from click.testing import CliRunner
 
-    from pipeline.defaults import default_claim_reader
+    from pipeline.policy.defaults import default_claim_reader
     from workers.cli import main
 
     plain_file = fitted["root"] / "plain.toml"
@@ -426,8 +432,8 @@ def test_a_worker_refuses_to_start_without_the_reader_and_logs_one_it_will_not_r
 
 def test_the_library_refuses_a_policy_whose_reader_is_not_served(fitted, monkeypatch) -> None:
     """`pipeline.score_candidate` applies the start-up refusal too, before any encoding."""
-    from pipeline import defaults
     from pipeline.errors import ReaderError
+    from pipeline.policy import defaults
 
     monkeypatch.setenv("GROUNDSTREAM_POLICY", str(fitted["policy"]))
     monkeypatch.delenv("GROUNDSTREAM_READER", raising=False)

@@ -33,9 +33,9 @@ from pipeline.claims.readers import (
     map_labels,
 )
 from pipeline.errors import ReaderError
-from pipeline.results import GroundingScore
 from pipeline.scores.batch import claim_reader_batch, score_batch
 from pipeline.scores.grounding import CLAIM_READER, FEATURES, GroundingModel
+from pipeline.scores.results import GroundingScore
 from pipeline.stages import geometry
 from workers.runtime.settings import Settings, SettingsError
 
@@ -572,7 +572,7 @@ def test_both_kinds_give_the_grounding_model_its_reader_feature_and_the_record_n
 
 
 def model_thresholds():
-    from pipeline.thresholds import Thresholds
+    from pipeline.bounds.thresholds import Thresholds
 
     return Thresholds.seed()
 

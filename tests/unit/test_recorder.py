@@ -3,8 +3,8 @@ projection alongside, an unreadable message chained as its digest; its output ve
 
 from __future__ import annotations
 
-from pipeline.audit import CandidateMessage, Finding, Located, verify
-from pipeline.policy import parse_policy
+from pipeline.policy.document import parse_policy
+from pipeline.trail.audit import CandidateMessage, Finding, Located, verify
 from tests.unit.test_audit import trail
 from topics.codec import dumps, loads
 from topics.names import Topic

@@ -9,8 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.consistency import decide_consistency
-from pipeline.records import (
+from pipeline.rungs.rule_checks import RuleInput, RulesConfig, evaluate_rules
+from pipeline.rungs.self_consistency import decide_consistency
+from pipeline.trail.records import (
     OUTCOME_STAGE,
     comparable,
     make_record,
@@ -18,7 +19,6 @@ from pipeline.records import (
     sanitize,
     verify_chain,
 )
-from pipeline.rules import RuleInput, RulesConfig, evaluate_rules
 
 
 def record(stage: str, prev_hash: str = "", cid: str = "c1", **overrides) -> dict:

@@ -9,11 +9,11 @@ import math
 import pytest
 from aiokafka import ConsumerRecord
 
-from pipeline.breaker import BreakerStatus
-from pipeline.consistency import BudgetLimit
-from pipeline.judge import JudgeReadout, JudgeStatus
-from pipeline.policy import parse_policy
-from pipeline.replay import (
+from pipeline.judge.question import JudgeReadout, JudgeStatus
+from pipeline.policy.breaker import BreakerStatus
+from pipeline.policy.document import parse_policy
+from pipeline.rungs.self_consistency import BudgetLimit
+from pipeline.trail.replay import (
     EncoderChanged,
     Position,
     check_encoder,

@@ -3,7 +3,7 @@ never raise; the loser is told who decided and when (issue 9, item 6)."""
 
 from __future__ import annotations
 
-from pipeline.policy import load_policy
+from pipeline.policy.document import load_policy
 from pipeline.stages.review import Claim, first_claim
 from topics.codec import loads
 from topics.names import Topic

@@ -10,12 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import ScoringError
 from pipeline.fit.claims_data import reviewed_examples
-from pipeline.fit.grounding import bound_broken
-from pipeline.records import make_record
+from pipeline.fit.grounding_model import bound_broken
 from pipeline.scores.grounding import FEATURES, GroundingModel
-from pipeline.thresholds import Thresholds
+from pipeline.trail.records import make_record
 from tests.fixtures.fakes import HashEncoder
 from workers.eval.calibration import Example
 from workers.eval.reviewed import (

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.policy import load_policy, parse_policy
-from pipeline.results import GroundingScore, SGIResult
+from pipeline.policy.document import load_policy, parse_policy
+from pipeline.rungs.grounding_switch import SwitchAction
 from pipeline.scores.grounding import FEATURES
-from pipeline.switch import SwitchAction
+from pipeline.scores.results import GroundingScore, SGIResult
 from tests.fixtures.fakes import FakeEncoder, HashEncoder
 from tests.fixtures.ladder_scenario import CONTEXT, QUESTION, R_ACCEPT, VECTORS
 from topics.codec import dumps, loads

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.provenance import Source
-from pipeline.routing import RouteConfig
+from pipeline.guards.provenance import Source
+from pipeline.policy.routing import RouteConfig
 
 
 def test_defaults():
@@ -46,7 +46,7 @@ def test_bad_values_name_the_setting(key, value, message):
 
 
 def test_the_wire_names_agree_with_the_core():
-    from pipeline.routing import Mode
+    from pipeline.policy.routing import Mode
     from topics.schema import MODES, SOURCES
 
     assert set(MODES) == {m.value for m in Mode}

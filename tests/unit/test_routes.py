@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.judge import JudgeVerdict
-from pipeline.routing import Mode
+from pipeline.judge.question import JudgeVerdict
+from pipeline.policy.routing import Mode
+from pipeline.rungs.grounding_switch import SwitchAction
 from pipeline.stages.review import HumanVerdict
-from pipeline.switch import SwitchAction
 from topics.names import TERMINAL, Topic
 from workers.interfaces import EndpointConfig
 from workers.runtime.ladder import LADDER, judge, sampler

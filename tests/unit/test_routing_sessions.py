@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.routing import (
+from pipeline.policy.routing import (
     ACTIVE_APPROVAL,
     Mode,
     RouteConfig,
     deadline_for,
     expired,
 )
-from pipeline.sessions import SessionState, enter, leave
-from pipeline.switch import SwitchAction
+from pipeline.policy.sessions import SessionState, enter, leave
+from pipeline.rungs.grounding_switch import SwitchAction
 
 
 def policy_error(name: str, data: dict) -> PolicyError:

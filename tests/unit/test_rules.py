@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.claims.support import Span
 from pipeline.errors import PolicyError
-from pipeline.rules import (
+from pipeline.rungs.rule_checks import (
     PII_KINDS,
     RULE_NAMES,
     RULES,
@@ -108,7 +108,7 @@ class TestVerdict:
         def boom(text: str, context: object, question: str) -> None:
             raise RuntimeError("broken")
 
-        monkeypatch.setattr("pipeline.rules.measure_support", boom)
+        monkeypatch.setattr("pipeline.rungs.rule_checks.measure_support", boom)
         v = run("Deleted files are kept for 30 days.")
         assert v.action is RulesAction.REVIEW
         (hit,) = v.hits

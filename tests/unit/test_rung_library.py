@@ -8,13 +8,13 @@ import asyncio
 
 import numpy as np
 
-from pipeline.ledger import Attempt
-from pipeline.policy import load_policy
-from pipeline.results import SGIResult
-from pipeline.sessions import SessionState
+from pipeline.policy.document import load_policy
+from pipeline.policy.sessions import SessionState
+from pipeline.scores.results import SGIResult
 from pipeline.stages import consistency, geometry, review, rules, switch, terminal
 from pipeline.stages.review import Claim
-from pipeline.stages.verdict import Verdict
+from pipeline.trail.ledger import Attempt
+from pipeline.trail.verdict import Verdict
 from tests.fixtures.fakes import FakeEncoder
 from topics.codec import dumps, loads
 from topics.conclusion import Conclusion, read_conclusion

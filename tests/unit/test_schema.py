@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import canonical, dumps, loads
 from topics.names import TERMINAL, TOPIC_SPECS, Topic
 from topics.schema import (

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from pipeline.bounds.thresholds import SGI_DEGENERATE
 from pipeline.errors import ScoringError
-from pipeline.results import DGIResult, SGIResult
 from pipeline.scores.geometric import (
     as_chunks,
     compute_dgi,
@@ -21,7 +21,7 @@ from pipeline.scores.geometric import (
     mean_embedding,
     sgi_from_embeddings,
 )
-from pipeline.thresholds import SGI_DEGENERATE
+from pipeline.scores.results import DGIResult, SGIResult
 from tests.fixtures.fakes import FakeEncoder
 
 Q = np.array([1.0, 0.0])

@@ -4,7 +4,7 @@ that copy it never reach `state`; what was excluded, and why, is in the record."
 
 from __future__ import annotations
 
-from pipeline.policy import parse_policy
+from pipeline.policy.document import parse_policy
 from tests.fixtures.fakes import FakeEncoder
 from tests.fixtures.ladder_scenario import (
     CONTEXT,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.sessions import SessionState, observe_outcome
+from pipeline.policy.sessions import SessionState, observe_outcome
 
 AT_TURN_2 = SessionState(turn=2)
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.bounds.thresholds import Thresholds
 from pipeline.errors import PolicyError
 from pipeline.failures import ErrorAction
-from pipeline.policy import DEFAULT_POLICY_PATH, Policy, load_policy, parse_policy
-from pipeline.routing import ACTIVE_APPROVAL, Mode
-from pipeline.switch import GroundingSwitch, SwitchAction
-from pipeline.thresholds import Thresholds
+from pipeline.policy.document import DEFAULT_POLICY_PATH, Policy, load_policy, parse_policy
+from pipeline.policy.routing import ACTIVE_APPROVAL, Mode
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction
 from topics.names import Topic
 from workers.runtime.settings import Settings, SettingsError
 

@@ -4,7 +4,7 @@ not undone by the deadline or the kill switch it was asked to rule on."""
 
 from __future__ import annotations
 
-from pipeline.policy import load_policy, parse_policy
+from pipeline.policy.document import load_policy, parse_policy
 from topics.codec import dumps, loads
 from topics.conclusion import read_conclusion
 from topics.names import Topic

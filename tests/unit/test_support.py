@@ -285,7 +285,7 @@ class TestLocalCoverage:
 
 class TestInputs:
     def test_bare_string_context_is_one_chunk(self) -> None:
-        # Read as one chunk (pipeline.chunks), not as a sequence of one-letter chunks.
+        # Read as one chunk (pipeline.encoding.chunks), not as a sequence of one-letter chunks.
         assert measure_support("Porto", "Porto lies on the Douro.") == measure_support(
             "Porto", ["Porto lies on the Douro."]
         )

@@ -8,11 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.bounds.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
 from pipeline.errors import PolicyError
-from pipeline.results import DGIResult, SGIResult
+from pipeline.rungs.grounding_switch import (
+    ON_REJECT_ACTIONS,
+    GroundingSwitch,
+    SwitchAction,
+    SwitchDecision,
+)
 from pipeline.scores.check import Check, Level, check
-from pipeline.switch import ON_REJECT_ACTIONS, GroundingSwitch, SwitchAction, SwitchDecision
-from pipeline.thresholds import DGI_PASS, SGI_REVIEW, SGI_STRONG_PASS, Thresholds
+from pipeline.scores.results import DGIResult, SGIResult
 
 ON_REJECT = ("fallback", "reject", "regenerate", "escalate")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.policy import parse_policy
-from pipeline.results import DGIResult, GroundingScore, SGIResult
+from pipeline.policy.document import parse_policy
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 from topics.codec import dumps, loads
 from topics.names import Topic
 from topics.schema import Candidate, Envelope, GeometryPayload, parse_envelope

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.policy import load_policy
-from pipeline.records import SUPERSEDED_STAGE, make_record
+from pipeline.policy.document import load_policy
+from pipeline.trail.records import SUPERSEDED_STAGE, make_record
 from topics.codec import loads
 from topics.conclusion import BadConclusion, Conclusion, candidate_id_of, read_conclusion
 from topics.names import Topic

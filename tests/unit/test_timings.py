@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from pipeline.policy import load_policy
-from pipeline.stages.verdict import Verdict
+from pipeline.policy.document import load_policy
+from pipeline.trail.verdict import Verdict
 from tests.fixtures.fakes import FakeProducer
 from topics.codec import loads
 from topics.names import Topic

@@ -1,4 +1,4 @@
-"""The verdict cache, pure (`pipeline.verdict_cache`): a key that moves with every input
+"""The verdict cache, pure (`pipeline.judge.verdict_cache`): a key that moves with every input
 the judge reads, the TTL at its edge, and only clear verdicts kept."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import PolicyError
-from pipeline.judge import JudgeConfig, JudgeReadout, JudgeStatus
-from pipeline.policy import parse_policy
-from pipeline.verdict_cache import (
+from pipeline.judge.question import JudgeConfig, JudgeReadout, JudgeStatus
+from pipeline.judge.verdict_cache import (
     DEFAULT_TTL_S,
     PROMPT_VERSION,
     CachedVerdict,
@@ -18,6 +17,7 @@ from pipeline.verdict_cache import (
     evictions,
     readout_from_dict,
 )
+from pipeline.policy.document import parse_policy
 
 BASE = {
     "question": "When was the bridge opened?",

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.encoder import SentenceEncoder
-from pipeline.language import _identifier
+from pipeline.encoding.encoder import SentenceEncoder
+from pipeline.guards.language import _identifier
 from workers.runtime.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_the_language_identifier_reads_as_py3langids_own_loader() -> None:
 
 
 def test_the_encoder_cache_is_a_setting_and_reaches_the_stage_encoder(monkeypatch) -> None:
-    from pipeline.policy import load_policy
+    from pipeline.policy.document import load_policy
     from workers.clients import encoder as clients
     from workers.runtime.verify import make_context
 
@@ -79,7 +79,7 @@ def test_a_cpu_torch_encoder_keeps_triton_out_and_still_encodes() -> None:
     process never imports it, and encodes as before."""
     code = (
         "import sys\n"
-        "from pipeline.encoder import SentenceEncoder\n"
+        "from pipeline.encoding.encoder import SentenceEncoder\n"
         "e = SentenceEncoder(backend='torch')\n"
         "row = e.encode(['The reservoir is fed by the Calder River.'])[0]\n"
         "print(sys.modules.get('triton', 'absent'), row.shape, round(float(row @ row), 4))\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.encoder import load_encoder
+from pipeline.encoding.encoder import load_encoder
 from pipeline.fit.metrics import auroc
 from workers.eval.train import (
     CACHE_DIR,

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.encoder import load_encoder
+from pipeline.encoding.encoder import load_encoder
 from pipeline.fit.claims_data import halueval_examples
 from workers.eval.train import (
     CACHE_DIR,

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from workers.bench.data import RAGTRUTH_DEV, ragtruth, unique_candidates
 from workers.bench.report import CLAIMS_MEMORY_GOAL, Result
 
@@ -45,9 +45,9 @@ def _candidates(n: int) -> tuple[list[dict], str]:
 
 def _side(with_claims: bool, n: int, warmup: int, backend: str) -> tuple[float, int]:
     """(answers per second, peak RSS bytes) of one side, in this (fresh) process."""
-    from pipeline.defaults import default_claim_head, default_claim_reader, default_policy
-    from pipeline.domain import task_of
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
+    from pipeline.guards.domain import task_of
+    from pipeline.policy.defaults import default_claim_head, default_claim_reader, default_policy
     from pipeline.scores.batch import score_batch
 
     policy = default_policy()

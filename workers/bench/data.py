@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from topics.codec import loads
 
 SEED = 20240611
@@ -190,7 +190,7 @@ def texts_per_stage_batch(encoder: Any, candidates: list[dict], batch_size: int)
     and the context's statements (what the claim head reads). The raw-encoder side of
     `bench geometry` and `bench latency`."""
     from pipeline.claims.units import answer_core, context_statements, split_claims
-    from pipeline.defaults import default_policy
+    from pipeline.policy.defaults import default_policy
     from pipeline.scores.grounding import reads_claims
 
     model = default_policy().grounding

@@ -19,8 +19,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.admission import WorkCaps
 from pipeline.claims.units import split_claims
+from pipeline.guards.admission import WorkCaps
 from topics.names import Topic
 from workers.bench.data import TextSource, candidate, unique_candidates
 from workers.bench.kafka import decided_by, through
@@ -63,7 +63,7 @@ def many_claims(tag: str, i: int) -> dict:
 
 def at_caps(tag: str, i: int) -> dict:
     """The most a candidate may cost: an answer and a source just under the default work
-    caps (`pipeline.admission`), realistic sentences, every text unique. What it adds to
+    caps (`pipeline.guards.admission`), realistic sentences, every text unique. What it adds to
     the ordinary candidates' latency is the bound item 2 of issue 23 asks to state."""
     caps = WorkCaps()
     source = TextSource(f"{tag}-{i}")

@@ -81,14 +81,14 @@ def plain_model():
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging
 
-    from pipeline.encoder import default_model_path
+    from pipeline.encoding.encoder import default_model_path
 
     hf_logging.disable_progress_bar()
     return SentenceTransformer(str(default_model_path()), device="cpu", local_files_only=True)
 
 
 def run(opts: Options) -> Result:
-    from pipeline.encoder import SentenceEncoder
+    from pipeline.encoding.encoder import SentenceEncoder
 
     measured = unique_candidates(opts.n, "geometry")
     warm = unique_candidates(opts.warmup, "geometry-warm")
@@ -122,7 +122,7 @@ def run(opts: Options) -> Result:
 
         for backend in opts.backends:
             # The raw side encodes as the stage's encoder does: one text a model call
-            # (`pipeline.encoder`), whatever the stage batch.
+            # (`pipeline.encoding.encoder`), whatever the stage batch.
             encoder = SentenceEncoder(backend=backend)
             batches = [texts_per_stage_batch(encoder, part, opts.batch_size) for part in cut]
             warm_texts = texts_per_stage_batch(encoder, warm, opts.batch_size)

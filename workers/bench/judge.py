@@ -12,11 +12,11 @@ In-process (no broker), on each DATA file:
   fold; its row counts what the answers would get from the judge's actual replies: right
   answers that reach state, the share of state that is wrong, the share asked. "every
   answer" asks the judge about all of them.
-* **Tokens per judged answer**, with the context windows of `pipeline.judge_evidence`
+* **Tokens per judged answer**, with the context windows of `pipeline.judge.context`
   (what the server received) and with the whole context (the same request built with the
   whole evidence, not sent), over the answers the chosen share asks about and over all.
 * **Cache hits on a resubmitted run**: the same candidates a second time through the
-  verdict cache's key and rule (`pipeline.verdict_cache`): the calls the server gets.
+  verdict cache's key and rule (`pipeline.judge.verdict_cache`): the calls the server gets.
 
 With `--kafka`, on the real broker (started when none answers): two judge workers of one
 group (the stage loops `groundstream worker judge` runs, in this process), the rules stage
@@ -329,17 +329,17 @@ class Scored:
     p: np.ndarray
     scores: list[Any]
     evidence: list[tuple[str, ...] | None]
-    read: list[Any]  # pipeline.judge_evidence.JudgeContext
+    read: list[Any]  # pipeline.judge.context.JudgeContext
     groups: list[str]
 
 
 def score_file(path: Path, policy: Any, encoder: Any, limit: int | None) -> Scored:
     """Every answer with a context and P(grounded), scored as the geometry stage scores it."""
-    from pipeline.defaults import default_claim_reader
-    from pipeline.domain import task_of
-    from pipeline.judge_evidence import judge_context
-    from pipeline.results import GroundingScore
+    from pipeline.guards.domain import task_of
+    from pipeline.judge.context import judge_context
+    from pipeline.policy.defaults import default_claim_reader
     from pipeline.scores.batch import score_batch
+    from pipeline.scores.results import GroundingScore
     from pipeline.stages.geometry import route_of
     from pipeline.stages.inputs import evidence_context
     from topics.schema import GeometryPayload, candidate_from_dict
@@ -392,8 +392,8 @@ def score_file(path: Path, policy: Any, encoder: Any, limit: int | None) -> Scor
 
 def whole_tokens(scored: Scored, model: str, top_logprobs: int) -> list[int]:
     """Each answer's judge prompt with the whole evidence, estimated as the stage does."""
-    from pipeline.judge import build_judge_messages, build_judge_request
-    from pipeline.tokens import estimate_request_tokens
+    from pipeline.encoding.tokens import estimate_request_tokens
+    from pipeline.judge.question import build_judge_messages, build_judge_request
 
     out = []
     for c, e in zip(scored.candidates, scored.evidence, strict=True):
@@ -414,8 +414,8 @@ async def ask_all(
 ) -> tuple[np.ndarray, int]:
     """Ask the judge about every answer (through `cache` when given: the verdict cache's
     key and rule); its yes per answer, and the hits."""
-    from pipeline.judge import JudgeVerdict, decide_judge
-    from pipeline.verdict_cache import cache_key, cacheable
+    from pipeline.judge.question import JudgeVerdict, decide_judge
+    from pipeline.judge.verdict_cache import cache_key, cacheable
 
     gate = asyncio.Semaphore(concurrency)
     hits = 0
@@ -455,8 +455,8 @@ MODEL = "bench-judge"
 
 
 async def in_process(opts: Options, files: Sequence[Scored], policy: Any) -> dict[str, Any]:
-    from pipeline.breaker import BreakerConfig
     from pipeline.fit.judge_share import JudgeShare
+    from pipeline.policy.breaker import BreakerConfig
     from workers.clients.llm import ChatEndpoint
 
     shares = JudgeShare(opts.share, opts.accuracy).shares
@@ -693,9 +693,9 @@ async def on_kafka(opts: Options, scored: Scored, max_context_tokens: int) -> di
 
 
 def run(opts: Options) -> Result:
-    from pipeline.defaults import default_policy
-    from pipeline.encoder import OnFirstUse
-    from pipeline.policy import load_policy
+    from pipeline.encoding.encoder import OnFirstUse
+    from pipeline.policy.defaults import default_policy
+    from pipeline.policy.document import load_policy
 
     if not opts.data:
         raise BenchError("give labelled DATA files")

@@ -1,7 +1,7 @@
 """`bench judge`'s judge: an OpenAI-compatible server on a real socket that answers from
 the labels of the data it was given, right a stated share of the time.
 
-It speaks the seed's first-token protocol (`pipeline.judge.read_verdict`): a one-token
+It speaks the seed's first-token protocol (`pipeline.judge.question.read_verdict`): a one-token
 reply whose first position carries "Yes" and "No" among its top logprobs, P(yes) 0.97 for
 a yes and 0.03 for a no. It finds the candidate by the question and response in the
 request's fenced data block (the judge never sees an id) and is wrong on purpose on the
@@ -9,7 +9,7 @@ candidates whose id hashes below `1 - accuracy` (so a run is reproducible, and t
 accuracies err on nested sets: the rule of tests/fakes/scripted_judge.py, which the
 test suite uses; this one ships with the package because the bench runs it). Each request
 is noted with its arrival time (`time.monotonic`) and its prompt tokens, estimated as the
-judge stage estimates them (`pipeline.tokens.estimate_request_tokens`), which the reply's
+judge stage estimates them (`pipeline.encoding.tokens.estimate_request_tokens`), which the reply's
 `usage` reports back. A request for no labelled candidate gets a 500.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.judge import unfence_data
-from pipeline.tokens import estimate_request_tokens
+from pipeline.encoding.tokens import estimate_request_tokens
+from pipeline.judge.question import unfence_data
 
 YES, NO = 0.97, 0.03
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pipeline.chunks import context_chunks
+from pipeline.encoding.chunks import context_chunks
 from topics.names import Topic
 from workers.bench.data import retag
 from workers.bench.kafka import through
@@ -64,8 +64,8 @@ def accepted(pool: list[dict]) -> list[dict]:
 
 def encode_ms(rows: list[dict]) -> dict[str, float]:
     """Milliseconds of encoder time the geometry stage spends on each candidate alone, by id."""
-    from pipeline.domain import task_of
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
+    from pipeline.guards.domain import task_of
     from pipeline.scores.batch import score_batch
     from topics.schema import candidate_from_dict
     from workers.clients.claims import load_head

@@ -28,7 +28,7 @@ from workers.bench.data import shared_context_candidates, texts_per_stage_batch,
 
 BATCH = 64
 PARTS = {
-    "model calls (encode_uncached)": r"pipeline/encoder\.py:encode_uncached$",
+    "model calls (encode_uncached)": r"pipeline/encoding/encoder\.py:encode_uncached$",
     "  of which the transformer (ORT run / torch forward)": (
         r"onnxruntime_pybind11_state\.\w+' objects>|^~:<built-in method onnxruntime.*run>"
         r"|sentence_transformers/base/model\.py:forward$"
@@ -36,7 +36,7 @@ PARTS = {
     "  of which tokenising for the model": (
         r"encode_batch' of 'tokenizers|sentence_transformers/base/model\.py:preprocess$"
     ),
-    "windows (offsets tokenising, first sight)": r"pipeline/encoder\.py:_split$",
+    "windows (offsets tokenising, first sight)": r"pipeline/encoding/encoder\.py:_split$",
     "claim head (lexical pair features, ranking)": r"pipeline/claims/head\.py:assess$",
     "grounding features (answer support)": r"pipeline/scores/grounding\.py:grounding_features$",
     "records (conclude)": r"workers/stages/kit\.py:conclude$",
@@ -72,7 +72,7 @@ def _seconds(stats: pstats.Stats, pattern: str) -> float:
 
 
 def profile(backend: str = "onnx-int8", n: int = 384, per_context: int = 1) -> Profile:
-    from pipeline.encoder import SentenceEncoder
+    from pipeline.encoding.encoder import SentenceEncoder
     from workers.bench.geometry import raw_seconds
     from workers.clients.encoder import stage_encoder
     from workers.interfaces import Inbound

@@ -41,7 +41,7 @@ def audit_record(policy: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
 def audit_verify(session: str | None, start: str | None, grace: float, as_json: bool) -> None:
     """Check the audit log; exit 0 only when it is intact (GROUNDSTREAM_AUDIT_KEY if keyed)."""
-    from pipeline.replay import parse_position
+    from pipeline.trail.replay import parse_position
     from topics.codec import dumps
     from workers.runtime.audit import (
         AuditScope,

@@ -62,7 +62,7 @@ def use_reader(reader: str | None) -> None:
     if reader is None:
         return
     load_settings(reader=reader)  # refused here, before minutes of encoding
-    from pipeline.defaults import default_claim_reader
+    from pipeline.policy.defaults import default_claim_reader
 
     os.environ["GROUNDSTREAM_READER"] = reader  # this one-shot process's setting, as if given
     default_claim_reader.cache_clear()

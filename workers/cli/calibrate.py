@@ -112,7 +112,7 @@ def calibrate(
     the band the route's judge is asked about (the default route's, or --route's)."""
     from rich.progress import Progress
 
-    from pipeline.encoder import OnFirstUse
+    from pipeline.encoding.encoder import OnFirstUse
     from pipeline.fit.calibrate import check_accept_error
     from workers.eval.calibration import JUDGE_SHARE_ROUTE, calibrate_route
     from workers.eval.calibration import calibrate as fit
@@ -416,7 +416,7 @@ def _judge_accuracy_from_decisions(route: str | None, since: str | None) -> floa
 def _calibrate_from_decisions(
     out_file: Path, route: str | None, since: str | None, max_accept_error: float, command: str
 ) -> None:
-    from pipeline.encoder import OnFirstUse
+    from pipeline.encoding.encoder import OnFirstUse
     from pipeline.errors import ScoringError
     from workers.eval.reviewed import calibrate_from_decisions, parse_since
 

@@ -23,7 +23,7 @@ def kill_switch(state: str, by: str | None) -> None:
 
     settings = load_settings()
     if state == "status":
-        from pipeline.records import iso_time
+        from pipeline.trail.records import iso_time
         from workers.runtime.kafka_tools import kill_switch_status
 
         now = run_kafka(kill_switch_status(settings))

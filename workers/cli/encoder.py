@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.onnx_encoder import INT8_RECIPES
+from pipeline.encoding.onnx_encoder import INT8_RECIPES
 from workers.cli.base import load_policy, load_settings, policy_option
 
 
@@ -27,8 +27,8 @@ def encoder() -> None:
 )
 def encoder_export(model: str | None, quantize: str) -> None:
     """Export the encoder to ONNX once (needs torch and onnx), into ~/.cache/groundstream."""
-    from pipeline.encoder import default_model_path
-    from pipeline.onnx_encoder import export_onnx
+    from pipeline.encoding.encoder import default_model_path
+    from pipeline.encoding.onnx_encoder import export_onnx
 
     precision = "int8" if quantize == "int8" else "fp32"
     click.echo(export_onnx(Path(model) if model else default_model_path(), precision=precision))

@@ -131,7 +131,7 @@ def determinism(
     """Decide DATA's candidates at every batch size on every backend and compare: every
     decision must be the same (a flip within ε of a cut is named, not counted). Exits 1
     when a decision differs away from every cut."""
-    from pipeline.encoder import BACKENDS
+    from pipeline.encoding.encoder import BACKENDS
     from workers.eval.datasets import load_labelled
     from workers.eval.determinism import check_determinism
 

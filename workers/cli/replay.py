@@ -37,7 +37,7 @@ def replay(
     allow_encoder_change: bool,
 ) -> None:
     """Re-decide a range of `candidates` and compare with what `decisions` recorded."""
-    from pipeline.replay import EncoderChanged, parse_position
+    from pipeline.trail.replay import EncoderChanged, parse_position
     from workers.runtime.replay import render_summary, replay, write_changes
 
     try:

@@ -90,7 +90,7 @@ def attach(
     policy: str | None,
 ) -> None:
     """Gate an existing topic: its answers become candidates, the rest passes through."""
-    from pipeline.attach import AttachMapping
+    from pipeline.policy.attach import AttachMapping
     from workers.runtime.attach import attach as run_attach
 
     settings = load_settings(policy)

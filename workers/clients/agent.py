@@ -16,7 +16,7 @@ start when the client starts and followed from then on, so:
 * an id that already has an outcome is not sent again: `submit` returns that first
   outcome (`Outcome.resubmitted` is true), and nothing is decided twice;
 * an id reused for other content is refused (`CandidateConflict`): every record carries
-  the candidate's `content_hash` (`pipeline.records.content_hash`), compared here;
+  the candidate's `content_hash` (`pipeline.trail.records.content_hash`), compared here;
 * a timeout raises `OutcomeTimeout`, which says the candidate is still in flight; its
   outcome still arrives, and `outcome(id)` waits for it again.
 
@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from pipeline.errors import GroundstreamError
-from pipeline.records import OUTCOME_STAGE, content_hash
+from pipeline.trail.records import OUTCOME_STAGE, content_hash
 from topics import clients
 from topics.clients import KafkaConnection
 from topics.codec import dumps, loads

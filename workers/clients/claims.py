@@ -74,6 +74,6 @@ class ClaimScorer:
 @lru_cache(maxsize=2)
 def load_scorer(directory: str | Path = DEFAULT_HEAD_DIR) -> ClaimScorer:
     """The process's scorer for the head in ``directory`` and the bundled encoder."""
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
 
     return ClaimScorer(load_head(directory), load_encoder(None))

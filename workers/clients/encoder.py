@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from pipeline.encoder import load_encoder
+from pipeline.encoding.encoder import load_encoder
 from pipeline.scores.geometric import Encoder
 from workers.interfaces import StageContext
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from pipeline.breaker import BreakerConfig, BreakerStatus
-from pipeline.routing import RouteConfig
+from pipeline.policy.breaker import BreakerConfig, BreakerStatus
+from pipeline.policy.routing import RouteConfig
 from workers.clients.llm import ChatEndpoint
 
 

@@ -4,7 +4,7 @@
 call runs under an overall ``asyncio.timeout``; the breaker is asked first (an open
 breaker answers ``breaker_open`` at once, without touching the network) and is told the
 outcome afterwards. Request building and reply reading are the pure functions of
-`pipeline.judge` and `pipeline.consistency`; this module only moves bytes.
+`pipeline.judge.question` and `pipeline.rungs.self_consistency`; this module only moves bytes.
 
 Failure posture: endpoint failures never raise. Every call returns a `CallResult` whose
 `kind` says what happened (ok, http_error, timeout, transport, breaker_open, malformed);
@@ -30,19 +30,9 @@ from typing import Any
 
 import aiohttp
 
-from pipeline.breaker import (
-    CLOSED,
-    BreakerConfig,
-    BreakerState,
-    abandon_trial,
-    allow,
-    is_breaker_failure,
-    on_failure,
-    on_success,
-)
-from pipeline.consistency import BudgetLimit, build_sample_request
+from pipeline.encoding.tokens import TokenUsage, call_tokens, estimate_request_tokens
 from pipeline.errors import GroundstreamError, PolicyError
-from pipeline.judge import (
+from pipeline.judge.question import (
     JudgeConfig,
     JudgeReadout,
     JudgeStatus,
@@ -52,7 +42,17 @@ from pipeline.judge import (
     read_verdict,
     strip_thinking_switch,
 )
-from pipeline.tokens import TokenUsage, call_tokens, estimate_request_tokens
+from pipeline.policy.breaker import (
+    CLOSED,
+    BreakerConfig,
+    BreakerState,
+    abandon_trial,
+    allow,
+    is_breaker_failure,
+    on_failure,
+    on_success,
+)
+from pipeline.rungs.self_consistency import BudgetLimit, build_sample_request
 from topics.codec import loads
 
 log = logging.getLogger("groundstream.llm")
@@ -88,7 +88,7 @@ class CallKind(StrEnum):
 class CallResult:
     """One call's outcome; `breaker` is the breaker status after the call.
 
-    tokens: what the call spent (`pipeline.tokens.call_tokens`: the reply's ``usage``, else
+    tokens: what the call spent (`pipeline.encoding.tokens.call_tokens`: the reply's ``usage``, else
     an estimate marked as one); None when the request never left (an open breaker, no
     time left), which spends nothing.
     """
@@ -145,7 +145,7 @@ def spent_tokens(calls: Sequence[CallResult]) -> TokenUsage:
 
 
 def failure_kind(result: CallResult) -> str:
-    """The `pipeline.judge.verdict_for_failure` kind for a failed call."""
+    """The `pipeline.judge.question.verdict_for_failure` kind for a failed call."""
     if result.kind is CallKind.HTTP_ERROR and result.status is not None and result.status >= 500:
         return "http_5xx"
     return result.kind.value

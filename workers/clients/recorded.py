@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.breaker import BreakerStatus
-from pipeline.consistency import BudgetLimit
-from pipeline.judge import JudgeConfig, JudgeReadout, JudgeStatus
-from pipeline.replay import RecordedTrail
-from pipeline.routing import RouteConfig
+from pipeline.judge.question import JudgeConfig, JudgeReadout, JudgeStatus
+from pipeline.policy.breaker import BreakerStatus
+from pipeline.policy.routing import RouteConfig
+from pipeline.rungs.self_consistency import BudgetLimit
+from pipeline.trail.replay import RecordedTrail
 from workers.clients.llm import CallKind, CallResult, SampleResult
 
 NO_RECORD = "replay: no recorded answer"

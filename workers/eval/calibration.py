@@ -22,21 +22,21 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from pipeline.chunks import context_chunks
-from pipeline.defaults import default_claim_head, default_claim_reader
-from pipeline.domain import shape_inputs, task_of
-from pipeline.encoder import INT8_SUFFIX, SentenceEncoder
+from pipeline.encoding.chunks import context_chunks
+from pipeline.encoding.encoder import INT8_SUFFIX, SentenceEncoder
 from pipeline.errors import PolicyError
-from pipeline.familiarity import FAMILIAR_SHARE
 from pipeline.fit.calibrate import (
     FitResult,
     fit_reference_direction,
     fit_thresholds_from_scores,
 )
-from pipeline.fit.grounding import GroundingFit, feature_matrix, fit_grounding
+from pipeline.fit.grounding_model import GroundingFit, feature_matrix, fit_grounding
 from pipeline.fit.judge_share import JudgeShare, JudgeShareFit, fit_judge_share
-from pipeline.policy import ROUTE_FIT_SECTIONS, parse_policy
-from pipeline.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
+from pipeline.guards.domain import shape_inputs, task_of
+from pipeline.guards.familiarity import FAMILIAR_SHARE
+from pipeline.policy.defaults import default_claim_head, default_claim_reader
+from pipeline.policy.document import ROUTE_FIT_SECTIONS, parse_policy
+from pipeline.policy.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
 from pipeline.scores.batch import familiarity_vectors, measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
@@ -150,7 +150,7 @@ def fit_with_band(
     """`fit_examples`, and with `judge_share` the band of the grounding model's
     P(grounded) the judge is asked about (`pipeline.fit.judge_share`), fitted under the
     same bounds on the same answers. The model's familiarity test holds `familiar_share`
-    of the answers familiar out of fold (`pipeline.fit.familiarity`)."""
+    of the answers familiar out of fold (`pipeline.fit.familiarity_model`)."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
     head, reader = default_claim_head(), default_claim_reader()

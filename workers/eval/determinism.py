@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.encoder import load_encoder
-from pipeline.policy import Policy
-from pipeline.thresholds import SCORE_EPSILON
+from pipeline.bounds.thresholds import SCORE_EPSILON
+from pipeline.encoding.encoder import load_encoder
+from pipeline.policy.document import Policy
 from workers.runtime.settings import Settings
 from workers.runtime.verify import run_lines
 

@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.chunks import context_chunks
-from pipeline.domain import task_of
+from pipeline.encoding.chunks import context_chunks
 from pipeline.fit.claims_data import rephrase_as_assistant
-from pipeline.policy import Policy
+from pipeline.guards.domain import task_of
+from pipeline.policy.document import Policy
 from pipeline.scores.geometric import Encoder, compute_sgi_batch
 from workers.clients.encoder import stage_encoder
 from workers.eval.datasets import load_labelled
@@ -74,7 +74,7 @@ def evaluate(
     metrics["phrasing"] = phrasing
     if settings.reader:  # measured whether or not the policy gives it a say
         from pipeline.claims.readers import reader_name
-        from pipeline.defaults import claim_reader_at, default_claim_head
+        from pipeline.policy.defaults import claim_reader_at, default_claim_head
         from workers.eval.reader_figures import reader_figures
 
         metrics["reader"] = reader_figures(

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.chunks import context_chunks
-from pipeline.encoder import SentenceEncoder
+from pipeline.encoding.chunks import context_chunks
+from pipeline.encoding.encoder import SentenceEncoder
 from pipeline.errors import GroundstreamError, ScoringError
 from pipeline.fit.metrics import auroc
-from pipeline.policy import Policy
+from pipeline.policy.document import Policy
 from workers.eval.datasets import LabelledCandidate, load_labelled
 from workers.eval.evaluation import whole_response_sgi
 from workers.runtime.settings import Settings
@@ -153,8 +153,8 @@ def raw_rates(encoders: Sequence[SentenceEncoder], texts: Sequence[str]) -> list
 
 def static_graph(fp32: SentenceEncoder, calibration: Path, out_dir: Path) -> Path:
     """A static (QDQ) int8 graph of `fp32`'s model, ranges from `calibration`'s texts."""
-    from pipeline.onnx_encoder import OnnxModel, export_onnx, kept_fp32
-    from pipeline.quantize import quantize_static_int8
+    from pipeline.encoding.onnx_encoder import OnnxModel, export_onnx, kept_fp32
+    from pipeline.encoding.quantize import quantize_static_int8
 
     source = export_onnx(fp32.model_path)
     texts = _texts(
@@ -167,7 +167,7 @@ def static_graph(fp32: SentenceEncoder, calibration: Path, out_dir: Path) -> Pat
 
 def recipe_graph(fp32: SentenceEncoder, recipe: str, out_dir: Path) -> Path:
     """`fp32`'s model quantised by `recipe` into `out_dir` (not the backend's cache)."""
-    from pipeline.onnx_encoder import export_onnx, quantize_int8
+    from pipeline.encoding.onnx_encoder import export_onnx, quantize_int8
 
     return quantize_int8(export_onnx(fp32.model_path), out_dir / f"{recipe}.onnx", recipe)
 
@@ -248,7 +248,8 @@ def compare(
     say: Callable[[str], Any] = print,
 ) -> Comparison:
     """Both encoders over every file of `data`; see the module docstring. `recipe`: the
-    int8 graph measured (`pipeline.onnx_encoder.INT8_RECIPES`), static with `calibration`."""
+    int8 graph measured (`pipeline.encoding.onnx_encoder.INT8_RECIPES`), static with
+    `calibration`."""
     if calibration is not None and any(calibration.resolve() == p.resolve() for p in data):
         raise CompareError(
             f"{calibration.name} is both calibration and measured data: calibrate on other texts"

@@ -13,7 +13,7 @@ are not read by either. AUROC is `pipeline.fit.metrics.auroc` (None for one clas
 identity (`pipeline.claims.readers.reader_identity`), which start-up checks, and the same
 fit without it — the reader's features read as 0, exactly as when no reader is served — so
 the policy records, and the command prints, the cross-validated figures (folds grouped by
-source, `pipeline.fit.grounding.cross_validate`) and the judge-share frontier with and
+source, `pipeline.fit.grounding_model.cross_validate`) and the judge-share frontier with and
 without the reader side by side. The reader keeps its weight only when the cross-validated
 figures say it helps (`reader_verdict`: AUROC at least `READER_MIN_AUROC_GAIN` higher with
 it, and no smaller share of grounded answers accepted under the same --max-accept-error);
@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.chunks import context_chunks
 from pipeline.claims.head import ClaimHead
 from pipeline.claims.units import ClaimSupport
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import ScoringError
-from pipeline.fit.grounding import GroundingFit, feature_matrix, fit_grounding
+from pipeline.fit.grounding_model import GroundingFit, feature_matrix, fit_grounding
 from pipeline.fit.judge_share import JudgeShare, fit_judge_share
 from pipeline.fit.metrics import auroc
 from pipeline.scores.batch import Reader, claim_reader_batch, claim_support_batch
@@ -144,7 +144,7 @@ def reader_figures(
 
 
 def fitted_reader_dir() -> str | None:
-    """The reader directory a fit in this process reads (`pipeline.defaults.
+    """The reader directory a fit in this process reads (`pipeline.policy.defaults.
     default_claim_reader`): GROUNDSTREAM_READER's (`calibrate --reader` sets it), else the
     shipped one when the package has it; None without one."""
     from pipeline.claims.reader import MODEL_FILE, bundled_reader_dir

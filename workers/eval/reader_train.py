@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.claims.reader import META_FILE, MODEL_FILE, TOKENIZER_FILE, ClaimReader
-from pipeline.encoder import default_model_path
+from pipeline.encoding.encoder import default_model_path
 from pipeline.fit.claim_sets import CLAIM_SETS, ClaimPair, load_claim_sets
 from pipeline.fit.metrics import auroc
 from workers.eval.datasets import file_sha256
@@ -137,7 +137,7 @@ class InDomain:
 def in_domain_pairs(config: ReaderConfig, echo: Echo) -> InDomain:
     """The claims ``groundstream train`` builds (RAGTruth, BEGIN, synthetic, JSON) and
     HaluEval QA in every rephrasing style, each claim with the head's candidate windows."""
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
     from pipeline.fit.claims_data import halueval_examples
     from workers.eval.train import (
         CACHE_DIR,
@@ -365,7 +365,7 @@ class _Trainer:
         """``reader.onnx`` (int8) and ``tokenizer.json`` in ``out_dir``; the fp32 export is
         written beside it and removed."""
         torch = self.torch
-        from pipeline.quantize import quantize_dynamic_int8
+        from pipeline.encoding.quantize import quantize_dynamic_int8
 
         model = self.model.eval()
 
@@ -485,7 +485,7 @@ def _logit(p: np.ndarray) -> np.ndarray:
 def _stacked(x: np.ndarray, y: np.ndarray, groups: Sequence[str]) -> np.ndarray:
     """Out-of-fold scores of a logistic model over ``x``, five folds by group (salted so
     the folds differ from the reader's own held-out fold)."""
-    from pipeline.fit.grounding import fit_logistic
+    from pipeline.fit.grounding_model import fit_logistic
 
     folds = np.array(
         [int(hashlib.sha256(f"stack:{g}".encode()).hexdigest()[:8], 16) % 5 for g in groups]

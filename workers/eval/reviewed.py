@@ -19,7 +19,7 @@ Reviewed answers are the uncertain middle, not a sample of all traffic: cuts ref
 them alone describe that middle. The figures are in-sample on the labels they were fitted
 on; check them with `groundstream eval` on held-out data before shipping the policy. A
 refitted model's cross-validated figures are printed too, and a model whose cross-validated
-accepts break the bound beyond doubt (`pipeline.fit.grounding.bound_broken`) is written
+accepts break the bound beyond doubt (`pipeline.fit.grounding_model.bound_broken`) is written
 accepting nothing: its route's answers keep going to the judge or to people.
 """
 
@@ -34,16 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.chunks import context_chunks
-from pipeline.defaults import default_claim_head, default_claim_reader
-from pipeline.domain import task_of
+from pipeline.bounds.thresholds import Thresholds
+from pipeline.encoding.chunks import context_chunks
 from pipeline.errors import ScoringError
-from pipeline.fit.grounding import bound_broken, operating_point, regime_cuts
+from pipeline.fit.grounding_model import bound_broken, operating_point, regime_cuts
 from pipeline.fit.metrics import wilson_interval
-from pipeline.policy import load_policy
+from pipeline.guards.domain import task_of
+from pipeline.policy.defaults import default_claim_head, default_claim_reader
+from pipeline.policy.document import load_policy
 from pipeline.scores.batch import measure_batch
 from pipeline.scores.grounding import LONG_FORM, GroundingModel, grounding_features
-from pipeline.thresholds import Thresholds
 from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.eval.calibration import (

@@ -350,7 +350,7 @@ def training_examples(config: TrainConfig) -> list[ClaimExample]:
 def train(config: TrainConfig, command: str, echo=print) -> dict:
     """Build the examples, cross-validate, fit on everything, evaluate the phrasing check on
     HaluEval QA, and write the artefact. Returns the metadata written."""
-    from pipeline.encoder import load_encoder
+    from pipeline.encoding.encoder import load_encoder
     from workers.clients.claims import load_head
 
     started = time.monotonic()

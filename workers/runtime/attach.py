@@ -1,7 +1,7 @@
 """`groundstream attach --source TOPIC`: gate an existing bus without changing its agents.
 
 Reads the user's topic in its own consumer group, maps each message with the policy's
-`[attach]` mapping (`pipeline.attach`), and sends what it finds on:
+`[attach]` mapping (`pipeline.policy.attach`), and sends what it finds on:
 
 * a candidate → `candidates`, keyed by its session, once it passes the schema check
   (`topics.schema.candidate_from_dict`; a failure dead-letters the message, as geometry
@@ -35,8 +35,8 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from pipeline.attach import AttachMapping, Kind, map_message
-from pipeline.replay import message_ids
+from pipeline.policy.attach import AttachMapping, Kind, map_message
+from pipeline.trail.replay import message_ids
 from topics import clients
 from topics.codec import dumps
 from topics.names import MAX_MESSAGE_BYTES, Topic

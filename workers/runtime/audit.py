@@ -1,5 +1,5 @@
 """`groundstream audit verify`: read `audit`, `candidates`, `decisions` and the recorder's
-chain heads, and let `pipeline.audit.verify` judge them.
+chain heads, and let `pipeline.trail.audit.verify` judge them.
 
 Everything is read without a consumer group at read_committed (`ranges.read_range`), so
 an aborted recorder transaction is never mistaken for a chain. `--session` narrows the
@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from aiokafka import ConsumerRecord
 
-from pipeline.audit import (
+from pipeline.trail.audit import (
     AuditReport,
     CandidateMessage,
     DecisionMessage,
@@ -27,7 +27,7 @@ from pipeline.audit import (
     Located,
     verify,
 )
-from pipeline.replay import Position, message_ids
+from pipeline.trail.replay import Position, message_ids
 from topics.codec import loads
 from topics.names import Topic
 from workers.runtime.ranges import read_range

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.judge import JudgeVerdict
-from pipeline.rules import RulesAction
-from pipeline.switch import ON_REJECT_ACTIONS, SwitchAction
+from pipeline.judge.question import JudgeVerdict
+from pipeline.rungs.grounding_switch import ON_REJECT_ACTIONS, SwitchAction
+from pipeline.rungs.rule_checks import RulesAction
 from topics.names import Topic
 from workers.interfaces import EndpointConfig, Stage
 from workers.runtime.settings import Settings

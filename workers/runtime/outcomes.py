@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.records import OUTCOME_STAGE, SUPERSEDED_STAGE
+from pipeline.trail.records import OUTCOME_STAGE, SUPERSEDED_STAGE
 from topics.names import Topic
 
 ARROW = " → "

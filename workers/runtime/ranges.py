@@ -1,6 +1,6 @@
 """Reading a range of a topic, committed messages only: what replay and audit read.
 
-A range starts and ends at a `pipeline.replay.Position` — an offset applied to every
+A range starts and ends at a `pipeline.trail.replay.Position` — an offset applied to every
 partition, or a time resolved per partition with the broker's time index — and is read
 without a consumer group, at read_committed (stages write in transactions: an aborted
 attempt's outputs are never part of what an auditor sees). With no end, the range runs to
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from pipeline.replay import Position
+from pipeline.trail.replay import Position
 from workers.clients.partitions import partitions
 from workers.runtime.kafka_tools import reader
 from workers.runtime.settings import Settings

@@ -33,11 +33,12 @@ from typing import IO, Any
 
 from aiokafka import ConsumerRecord
 
-from pipeline.encoder import encoder_id as pipeline_encoder_id
-from pipeline.judge import JudgeReadout
-from pipeline.judge_budget import Admission
-from pipeline.policy import Policy
-from pipeline.replay import (
+from pipeline.encoding.encoder import encoder_id as pipeline_encoder_id
+from pipeline.judge.budget import Admission
+from pipeline.judge.question import JudgeReadout
+from pipeline.judge.verdict_cache import CachedVerdict
+from pipeline.policy.document import Policy
+from pipeline.trail.replay import (
     Change,
     Position,
     RecordedTrail,
@@ -50,7 +51,6 @@ from pipeline.replay import (
     summarize,
     trails,
 )
-from pipeline.verdict_cache import CachedVerdict
 from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.clients.recorded import Answers, RecordedPool

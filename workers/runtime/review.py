@@ -32,9 +32,9 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from pipeline.errors import GroundstreamError
-from pipeline.policy import Policy
-from pipeline.records import iso_time
+from pipeline.policy.document import Policy
 from pipeline.stages.review import Claim, HumanVerdict, first_claim
+from pipeline.trail.records import iso_time
 from topics import clients
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic

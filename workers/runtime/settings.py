@@ -17,12 +17,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pipeline import admission
-from pipeline.admission import WorkCaps
-from pipeline.encoder import BACKENDS
+from pipeline.encoding.encoder import BACKENDS
 from pipeline.errors import PolicyError, ReaderError
 from pipeline.failures import ErrorAction
-from pipeline.policy import Policy, load_policy
+from pipeline.guards import admission
+from pipeline.guards.admission import WorkCaps
+from pipeline.policy.document import Policy, load_policy
 from topics.clients import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaConnection
 from topics.names import Topic
 
@@ -213,8 +213,8 @@ SECRET_FIELDS = frozenset(
 
 OTHER_VARIABLES = frozenset(
     {
-        "GROUNDSTREAM_ONNX_DIR",  # pipeline/onnx_encoder.py: the exported encoder's cache
-        "GROUNDSTREAM_AUDIT_KEY",  # pipeline/audit.py: the audit chain's HMAC key
+        "GROUNDSTREAM_ONNX_DIR",  # pipeline/encoding/onnx_encoder.py: the exported encoder's cache
+        "GROUNDSTREAM_AUDIT_KEY",  # pipeline/trail/audit.py: the audit chain's HMAC key
         "GROUNDSTREAM_PYTHON",  # deploy/kafka/local.sh and the test harness
         "GROUNDSTREAM_KAFKA_DIR",  # deploy/kafka/local.sh: the local broker
         "GROUNDSTREAM_KAFKA_VERSION",
@@ -384,7 +384,7 @@ class Settings:
         return self.reader if self.nli_model == "reader" and self.reader else self.nli_model
 
     def work_caps(self) -> WorkCaps:
-        """The per-candidate work caps (`pipeline.admission`)."""
+        """The per-candidate work caps (`pipeline.guards.admission`)."""
         return WorkCaps(
             self.max_response_words,
             self.max_source_words,
@@ -404,7 +404,7 @@ class Settings:
                 self.default_route,
                 f"a route of the policy ({', '.join(sorted(policy.routes))})",
             )
-        from pipeline.claims.readers import served_reader_problem
+        from pipeline.scores.grounding import served_reader_problem
 
         problem = served_reader_problem(_grounding_models(policy), self.served_reader())
         if problem is not None:

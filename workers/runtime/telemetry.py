@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pipeline.records import OUTCOME_STAGE
+from pipeline.trail.records import OUTCOME_STAGE
 from topics.codec import loads
 from topics.names import Topic
 from workers.interfaces import Emit, Inbound

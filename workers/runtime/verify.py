@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from pipeline.policy import Policy
+from pipeline.policy.document import Policy
 from topics.codec import dumps
 from workers.interfaces import StageContext
 from workers.runtime.embedded import EmbeddedResult, run_embedded

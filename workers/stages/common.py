@@ -8,11 +8,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pipeline.judge_evidence import WindowRef
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import RouteConfig, expired
+from pipeline.judge.context import WindowRef
+from pipeline.policy.routing import RouteConfig, expired
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 from pipeline.stages.inputs import evidence_context
-from pipeline.stages.verdict import DEADLINE
+from pipeline.trail.verdict import DEADLINE
 from topics.names import Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
 from topics.signing import verify

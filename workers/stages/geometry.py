@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.defaults import claim_reader_at, default_claim_reader
-from pipeline.domain import task_of
-from pipeline.policy import Policy
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import deadline_for
+from pipeline.guards.domain import task_of
+from pipeline.policy.defaults import claim_reader_at, default_claim_reader
+from pipeline.policy.document import Policy
+from pipeline.policy.routing import deadline_for
 from pipeline.scores.batch import score_batch
 from pipeline.scores.grounding import CLAIM_READER, reads_claims
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
 from pipeline.stages import geometry
 from pipeline.stages.inputs import evidence_context
 from topics.names import Topic

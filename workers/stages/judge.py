@@ -18,11 +18,11 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pipeline.judge_evidence import judge_context
-from pipeline.routing import expired
+from pipeline.judge.context import judge_context
+from pipeline.policy.routing import expired
 from pipeline.stages import judge
 from pipeline.stages.inputs import evidence_context
-from pipeline.stages.verdict import DEADLINE
+from pipeline.trail.verdict import DEADLINE
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.clients.endpoints import EndpointPool
@@ -76,7 +76,7 @@ class JudgeStage(EnvelopeStage):
             return conclude(ctx, self.name, env, judge.UNAVAILABLE, started)
         endpoint = self.pool.for_route(route)
         cap = min(self.timeout, ctx.policy.judge.timeout_seconds)
-        # A long context is read as its claims' best windows (pipeline.judge_evidence).
+        # A long context is read as its claims' best windows (pipeline.judge.context).
         read = judge_context(
             evidence_context(c, route)[0],
             c.response,
@@ -87,7 +87,7 @@ class JudgeStage(EnvelopeStage):
             self.ledger, endpoint, self.pool.model, env, route, ctx, partition, read.chunks, cap
         )
         readout, calls = asked.readout, list(asked.calls)
-        if asked.over is not None:  # a budget is spent: never an accept (pipeline.judge_budget)
+        if asked.over is not None:  # a budget is spent: never an accept (pipeline.judge.budget)
             spent = {"model": self.pool.model, "context": read.to_dict(), **asked.evidence}
             return conclude(ctx, self.name, env, replace(asked.over, evidence=spent), started)
         if expired(env.deadline, ctx.clock()):

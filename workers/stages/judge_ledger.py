@@ -11,7 +11,7 @@ partition of the changelog (`placement`), not where its key would hash:
 So the worker that owns input partition p — the only one deciding p's candidates — reads
 and writes p's entries alone, and whoever owns p next (after a rebalance, a crash or a
 restart) restores exactly what p's committed batches wrote. The budget's shares sum to
-the budget (`pipeline.judge_budget.partition_share`), so no coordination is needed for the
+the budget (`pipeline.judge.budget.partition_share`), so no coordination is needed for the
 sum over all workers to hold. The cache is per partition too: a resubmission hits when it
 lands on the partition of the first ask — always for the same session (the input is keyed
 by session id), and for another session only when it hashes to the same partition. A
@@ -31,8 +31,8 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pipeline.judge import JudgeReadout, build_judge_messages
-from pipeline.judge_budget import (
+from pipeline.encoding.tokens import estimate_request_tokens
+from pipeline.judge.budget import (
     CALL_WINDOW_S,
     GUARD_S,
     MAX_WAIT_S,
@@ -45,12 +45,8 @@ from pipeline.judge_budget import (
     over_budget_verdict,
     tenant_of,
 )
-from pipeline.policy import Policy
-from pipeline.records import iso_time
-from pipeline.routing import RouteConfig
-from pipeline.stages.verdict import Verdict
-from pipeline.tokens import estimate_request_tokens
-from pipeline.verdict_cache import (
+from pipeline.judge.question import JudgeReadout, build_judge_messages
+from pipeline.judge.verdict_cache import (
     SWEEP_EVERY_S,
     CachedVerdict,
     cache_key,
@@ -58,6 +54,10 @@ from pipeline.verdict_cache import (
     evictions,
     readout_from_dict,
 )
+from pipeline.policy.document import Policy
+from pipeline.policy.routing import RouteConfig
+from pipeline.trail.records import iso_time
+from pipeline.trail.verdict import Verdict
 from topics.schema import Envelope
 from workers.clients.endpoints import rate_limit_patience, time_left
 from workers.clients.llm import CallResult, spent_tokens
@@ -156,7 +156,7 @@ class JudgeBook:
         return tuple(out)
 
     def admit(self, call: Call) -> tuple[Admission, Booking | None, dict[str, Any]]:
-        """Admit a call (`pipeline.judge_budget.admit`) and, when admitted, reserve it in
+        """Admit a call (`pipeline.judge.budget.admit`) and, when admitted, reserve it in
         every account; with the booking to settle and the figures for the record."""
         now, calls, tokens = call.now, call.calls, call.tokens
         found = self.accounts(call.route, call.tenant, call.partition, call.partitions, now)

@@ -15,10 +15,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from pipeline.records import OUTCOME_STAGE, content_hash, make_record
-from pipeline.results import DGIResult, GroundingScore, SGIResult
-from pipeline.routing import Mode
-from pipeline.stages.verdict import HumanDecision, Verdict
+from pipeline.policy.routing import Mode
+from pipeline.scores.results import DGIResult, GroundingScore, SGIResult
+from pipeline.trail.records import OUTCOME_STAGE, content_hash, make_record
+from pipeline.trail.verdict import HumanDecision, Verdict
 from topics.codec import dumps
 from topics.conclusion import Conclusion, candidate_id_of
 from topics.names import TERMINAL, Topic

@@ -1,9 +1,9 @@
 """The audit recorder: `decisions` → `audit` (numbered, chained) and `decisions.public`.
 
 Reads every decision record as committed, in partition order, and for each one appends
-the next entry of its session's chain to `audit` (`pipeline.audit.chain_entry`) and its
-public projection to `decisions.public` (`pipeline.disclosure.public_record`). Why one
-reader numbers the chains, and why per session, is argued in `pipeline.audit`.
+the next entry of its session's chain to `audit` (`pipeline.trail.audit.chain_entry`) and its
+public projection to `decisions.public` (`pipeline.trail.disclosure.public_record`). Why one
+reader numbers the chains, and why per session, is argued in `pipeline.trail.audit`.
 
 The chain heads are the stage's state table (`ctx.sessions`), keyed by the decision
 message's key — the session id, as `decisions` is keyed — so the table is co-partitioned
@@ -22,8 +22,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.audit import Head, chain_entry, head_of
-from pipeline.disclosure import public_record
+from pipeline.trail.audit import Head, chain_entry, head_of
+from pipeline.trail.disclosure import public_record
 from topics.codec import dumps, loads
 from topics.names import Topic
 from workers.interfaces import Emit, Inbound, StageContext

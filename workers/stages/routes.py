@@ -8,7 +8,7 @@ producer or consumer needs) has no business with the ladder's decisions. The ada
 `kit.conclude` are its only readers, so one table serves the Kafka workers and the
 embedded runner alike.
 
-A verdict's `routing` (`pipeline.stages.verdict.Verdict`) is the key a stage routes on,
+A verdict's `routing` (`pipeline.trail.verdict.Verdict`) is the key a stage routes on,
 not always the action it records: the judge routes on yes / unsure / the route's
 `on_reject` and records yes as `accept`, consistency says whether the response `pass`es
 or the judge must decide, and every gate (deadline, kill switch, latched turn,
@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pipeline.judge import JudgeVerdict
-from pipeline.routing import Mode
-from pipeline.rules import RulesAction
+from pipeline.judge.question import JudgeVerdict
+from pipeline.policy.routing import Mode
+from pipeline.rungs.grounding_switch import SwitchAction
+from pipeline.rungs.rule_checks import RulesAction
 from pipeline.stages.review import HumanVerdict
-from pipeline.stages.verdict import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
-from pipeline.switch import SwitchAction
+from pipeline.trail.verdict import ASK_JUDGE, DEFER, HOLD, PASS, SCORED, SKIP
 from topics.names import TERMINAL, Topic
 
 __all__ = [

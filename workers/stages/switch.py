@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pipeline.policy import Policy
-from pipeline.routing import RouteConfig
-from pipeline.sessions import SessionState, observe_outcome
+from pipeline.policy.document import Policy
+from pipeline.policy.routing import RouteConfig
+from pipeline.policy.sessions import SessionState, observe_outcome
+from pipeline.rungs.grounding_switch import GroundingSwitch
 from pipeline.stages import switch
-from pipeline.switch import GroundingSwitch
 from topics.names import Topic
 from topics.schema import Envelope
 from workers.interfaces import Emit, EndpointConfig, Inbound, StageContext

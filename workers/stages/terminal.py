@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
-from pipeline.ledger import Attempt
 from pipeline.stages import terminal
+from pipeline.trail.ledger import Attempt
 from topics.conclusion import BadConclusion, Conclusion, read_conclusion
 from topics.names import Topic
 from workers.interfaces import Emit, Inbound, StageContext

@@ -4,7 +4,7 @@ A background feed follows `decisions` (and the control topic, for the kill-switc
 with a group-less consumer, from the beginning and then live, and folds every record into
 one `DashboardState` owned by the app: bounded counters, the last N sanitized records,
 score histograms and a per-minute rate. Everything the dashboard serves or keeps is a
-sanitized record (`pipeline.records.sanitize`) or a review summary: never raw answer text.
+sanitized record (`pipeline.trail.records.sanitize`) or a review summary: never raw answer text.
 
 Reading is open to whoever can reach the bind address (127.0.0.1 unless
 GROUNDSTREAM_WEB_HOST says otherwise). Changing state (a review verdict, the kill switch)
@@ -29,9 +29,9 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from pipeline.policy import Policy
-from pipeline.records import sanitize
+from pipeline.policy.document import Policy
 from pipeline.stages.review import HumanVerdict
+from pipeline.trail.records import sanitize
 from topics.codec import DecodeLimitError, dumps, loads
 from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from pipeline.policy import Policy
+from pipeline.policy.document import Policy
 from pipeline.stages.review import HumanVerdict
 from topics.names import Topic
 from topics.schema import Candidate

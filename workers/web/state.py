@@ -3,7 +3,7 @@
 Every record the feed reads is folded into one `DashboardState` owned by the app: bounded
 counters, the last N sanitized records, score histograms (the SGI/DGI each geometry record
 carries and the P(grounded) the switch routes on), per-stage latency windows and outcomes
-per minute. Everything kept here is a sanitized record (`pipeline.records.sanitize`) or a
+per minute. Everything kept here is a sanitized record (`pipeline.trail.records.sanitize`) or a
 number: never raw answer text.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pipeline.records import OUTCOME_STAGE, iso_time, sanitize
 from pipeline.scores.grounding import LONG_FORM
+from pipeline.trail.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
 from workers.interfaces import ControlState

@@ -1,0 +1,251 @@
+"""The policy: every threshold, route and stage setting, loaded from one TOML file.
+
+`groundstream calibrate` writes policy files; `verify`, the workers and `check()` load
+them (`--policy` / GROUNDSTREAM_POLICY). The shipped default (`pipeline/data/
+default_policy.toml`) was itself produced by `calibrate` and says so in its header.
+Every invalid value raises `PolicyError` naming the setting, so a worker fails at start-up
+rather than on a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pipeline.bounds.thresholds import LONG_CUTS, Thresholds
+from pipeline.bounds.validation import real
+from pipeline.errors import PolicyError
+from pipeline.guards.language import encoder_languages
+from pipeline.judge.question import JudgeConfig
+from pipeline.policy.attach import AttachMapping
+from pipeline.policy.routing import Mode, RouteConfig
+from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction, parse_on_reject
+from pipeline.rungs.rule_checks import RulesConfig
+from pipeline.rungs.self_consistency import ConsistencyConfig
+from pipeline.scores.grounding import GroundingModel
+
+DEFAULT_POLICY_PATH = Path(__file__).parent.parent / "data" / "default_policy.toml"
+_SECTIONS = frozenset(
+    {
+        "policy",
+        "encoder",
+        "thresholds",
+        "switch",
+        "reference",
+        "grounding",
+        "calibration",
+        "routes",
+        "rules",
+        "consistency",
+        "judge",
+        "attach",
+    }
+)
+
+
+ROUTE_FIT_SECTIONS = ("thresholds", "grounding", "calibration")
+"""A route's own fit, written by `calibrate --route NAME` as `[routes.NAME.thresholds]` and
+`[routes.NAME.grounding]` (with its provenance in `[routes.NAME.calibration]`): an
+extractive-QA route and a summarising route are different populations. A route without
+them uses the policy's top-level fit."""
+
+
+UNKNOWN_ROUTE = "unknown_route"
+"""The record's `gate` when a candidate names a route the policy does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFit:
+    """A route's own cuts (its table's cuts over the policy's) and, if fitted, its model."""
+
+    thresholds: Thresholds
+    grounding: GroundingModel | None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A validated policy. Build with `parse_policy` / `load_policy`."""
+
+    version: str = "seed"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    on_reject: SwitchAction = SwitchAction.FALLBACK
+    encoder_model: str | None = None
+    reference: tuple[float, ...] | None = None
+    grounding: GroundingModel | None = None
+    routes: Mapping[str, RouteConfig] = field(
+        default_factory=lambda: MappingProxyType({"default": RouteConfig()})
+    )
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    calibration: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = "<built-in>"
+    sha256: str = ""
+    route_fits: Mapping[str, RouteFit] = field(default_factory=lambda: MappingProxyType({}))
+    attach: AttachMapping | None = None
+    """How `groundstream attach` reads a user's own messages (`[attach]`), if it is used."""
+
+    def switch(self, route: RouteConfig | None = None) -> GroundingSwitch:
+        """The switch for a route: the route's thresholds, the route's on_reject."""
+        if route is None:
+            return GroundingSwitch.from_thresholds(self.thresholds, self.on_reject)
+        return GroundingSwitch.from_thresholds(self.thresholds_for(route.name), route.on_reject)
+
+    def thresholds_for(self, route: str) -> Thresholds:
+        """The cuts a route's candidates are judged by: its own fit's, else the policy's."""
+        fit = self.route_fits.get(route)
+        return self.thresholds if fit is None else fit.thresholds
+
+    def grounding_for(self, route: str) -> GroundingModel | None:
+        """The grounding model a route's candidates are scored by: its own, else the policy's."""
+        fit = self.route_fits.get(route)
+        return self.grounding if fit is None or fit.grounding is None else fit.grounding
+
+    def languages_for(self, route: str) -> tuple[str, ...]:
+        """The languages a route's candidates may be accepted in on geometry's word: the
+        route's `languages`, else those the encoder's card lists (`pipeline.guards.language`)."""
+        own = self.route(route).languages
+        return own if own is not None else encoder_languages(self.encoder_model)
+
+    def route_serving(self, task: str | None) -> str | None:
+        """The route that serves candidates of task kind `task` (its `tasks` name it) when
+        they name no route of their own; None when no route claims the kind."""
+        if task is None:
+            return None
+        return next((name for name, r in self.routes.items() if task in r.tasks), None)
+
+    def route_name(self, named: str | None, task: str | None, default: str) -> str:
+        """The route a candidate goes to: the one it names, else the one serving its task
+        kind, else `default` (the worker's GROUNDSTREAM_DEFAULT_ROUTE)."""
+        return named or self.route_serving(task) or default
+
+    def route(self, name: str) -> RouteConfig:
+        """The named route; an unknown name fails closed to a route in `off` mode
+        (`unknown_route` says why, for the record)."""
+        if name in self.routes:
+            return self.routes[name]
+        return RouteConfig(name=name, mode=Mode.OFF)
+
+    def unknown_route(self, name: str) -> str | None:
+        """Why `name` is served as mode `off` when the policy has no such route, naming
+        the routes it has; None for a known route. A misspelt route otherwise reads as a
+        deliberate `off` in every record."""
+        if name in self.routes:
+            return None
+        return f"unknown route {name!r} (the policy has {', '.join(sorted(self.routes))})"
+
+    def thresholds_dict(self, route: str | None = None) -> dict[str, float]:
+        return (self.thresholds if route is None else self.thresholds_for(route)).to_dict()
+
+
+def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, Mapping):
+        raise PolicyError(name, value, "a table")
+    return value
+
+
+def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: str = "") -> Policy:
+    """Validate a decoded policy document."""
+    for key in data:
+        if key not in _SECTIONS:
+            raise PolicyError(key, "…", f"a known section: {', '.join(sorted(_SECTIONS))}")
+    meta = _section(data, "policy")
+    version = meta.get("version", "unversioned")
+    if not isinstance(version, str) or not version:
+        raise PolicyError("policy.version", version, "a non-empty string")
+    thresholds = _thresholds(_section(data, "thresholds"), "thresholds", Thresholds())
+    on_reject = parse_on_reject(
+        _section(data, "switch").get("on_reject", "fallback"), "switch.on_reject"
+    )
+    encoder = _section(data, "encoder")
+    model = encoder.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise PolicyError("encoder.model", model, "a model directory path or the default id")
+    reference = _section(data, "reference").get("dgi_mu")
+    if reference is not None:
+        if (
+            not isinstance(reference, list)
+            or len(reference) < 2
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in reference)
+        ):
+            raise PolicyError("reference.dgi_mu", "…", "a list of numbers (the unit direction μ̂)")
+        reference = tuple(float(x) for x in reference)
+    routes_raw = _section(data, "routes")
+    routes: dict[str, RouteConfig] = {}
+    route_fits: dict[str, RouteFit] = {}
+    for name in routes_raw:
+        table = _section(routes_raw, name)
+        settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
+        routes[name] = RouteConfig.from_mapping(name, settings)
+        if "thresholds" in table or "grounding" in table:
+            cuts = _section(table, "thresholds")
+            route_fits[name] = RouteFit(
+                _thresholds(cuts, f"routes.{name}.thresholds", thresholds),
+                GroundingModel.from_mapping(_section(table, "grounding")),
+            )
+    routes = routes or {"default": RouteConfig()}
+    claimed: dict[str, str] = {}
+    for name, route in routes.items():
+        for task in sorted(route.tasks):
+            if task in claimed:
+                raise PolicyError(
+                    f"routes.{name}.tasks",
+                    task,
+                    f"a task kind no other route serves (route {claimed[task]!r} does)",
+                )
+            claimed[task] = name
+    return Policy(
+        version=version,
+        thresholds=thresholds,
+        on_reject=on_reject,
+        encoder_model=None if model in (None, "sentence-transformers/all-MiniLM-L6-v2") else model,
+        reference=reference,
+        grounding=GroundingModel.from_mapping(_section(data, "grounding")),
+        routes=MappingProxyType(routes),
+        rules=RulesConfig.from_mapping(_section(data, "rules")),
+        consistency=ConsistencyConfig.from_mapping(_section(data, "consistency")),
+        judge=JudgeConfig.from_mapping(_section(data, "judge")),
+        calibration=MappingProxyType(dict(_section(data, "calibration"))),
+        source=source,
+        sha256=sha256,
+        route_fits=MappingProxyType(route_fits),
+        attach=AttachMapping.parse(_section(data, "attach")) if "attach" in data else None,
+    )
+
+
+def _thresholds(table: Mapping[str, Any], prefix: str, base: Thresholds) -> Thresholds:
+    """The cuts of a `thresholds` table; a cut it leaves out is `base`'s, but a table that
+    sets a short-answer grounding cut and not its long-form twin sets both (a policy
+    written before long-form cuts existed keeps one cut for every answer)."""
+    values = {name: real(table, prefix, name, getattr(base, name)) for name in Thresholds.__slots__}
+    for long, short in LONG_CUTS.items():
+        if long not in table and short in table:
+            values[long] = values[short]
+    return Thresholds(**values)
+
+
+POLICY_ENV = "GROUNDSTREAM_POLICY"
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Read and validate a policy file: `path`, else $GROUNDSTREAM_POLICY, else the shipped
+    default — so `check(score, load_policy().thresholds)` agrees with the workers."""
+    file = Path(path or os.environ.get(POLICY_ENV) or DEFAULT_POLICY_PATH)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise PolicyError(
+            "policy file", str(file), f"a readable TOML file ({exc.strerror})"
+        ) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyError("policy file", str(file), f"valid TOML ({exc})") from None
+    return parse_policy(data, source=str(file), sha256=hashlib.sha256(raw).hexdigest())
