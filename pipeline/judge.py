@@ -274,7 +274,7 @@ class JudgeReadout:
     def to_dict(self) -> dict[str, object]:
         return {
             "readout": self.readout,
-            **({"votes": list(self.votes)} if self.readout == "votes" else {}),
+            **({"votes": list(self.votes)} if self.votes else {}),
             "status": self.status.value,
             "score": self.score,
             "p_yes": self.p_yes,

@@ -243,6 +243,7 @@ class TestStage:
         spent = evidence["tokens"]["prompt_tokens"] + evidence["tokens"]["completion_tokens"]
         assert evidence["budget"]["route"]["tokens_left"] == 100_000 - spent
         assert again["evidence"]["cache"] == "hit" and asked == 6  # no vote asked again
+        assert "votes" not in again["evidence"]["readout"]  # the cache kept the verdict
         assert again["action"] == "accept" and again["evidence"]["readout_kind"] == "votes"
 
     def test_a_failed_call_still_names_the_readout(self) -> None:
