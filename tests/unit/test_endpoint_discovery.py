@@ -96,3 +96,16 @@ def test_the_ladder_finds_both_models() -> None:
         assert ladder.judge(s).model == "only" and ladder.sampler(s).model == "only"
         stage = ladder.row("judge").build(s)
         assert stage.pool.configured  # no record says "no judge endpoint configured"
+
+
+def test_a_worker_that_sends_answers_to_no_judge_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from workers.runtime.runner import build_loop
+
+    caplog.set_level(logging.WARNING, "groundstream.runner")
+    for stage in ("consistency", "judge", "rules"):
+        build_loop(stage, Settings.from_env({}))
+    said = [r.getMessage() for r in caplog.records if "no judge configured" in r.getMessage()]
+    assert [line.split(":")[0] for line in said] == ["consistency", "judge"]
+    assert all("GROUNDSTREAM_JUDGE_URL" in line for line in said)
