@@ -71,6 +71,7 @@ def test_a_judge_without_logprobs_is_usable_on_votes() -> None:
 def test_a_refused_parameter_is_votes_too() -> None:
     report, _ = probe(Knows(logprobs=False), [Status(400, "logprobs are not supported")])
     assert report.verdict == "usable (votes)"
+    assert any(line.startswith("thinking off: not known") for line in report.lines)
 
 
 def test_a_judge_that_is_wrong_is_not_usable() -> None:

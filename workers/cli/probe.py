@@ -159,11 +159,12 @@ async def probe_judge(url: str, model: str, api_key: str, timeout: float) -> Rep
             if offered
             else f"logprobs: not offered ({final.error or (readout and readout.detail)})"
         )
-        report.say(
-            "thinking off: refused (400/422 to the switch; retried without it)"
-            if switch_refused and len(calls) > 1
-            else "thinking off: honoured (the switch was accepted)"
-        )
+        if switch_refused and len(calls) > 1:
+            report.say("thinking off: refused (400/422 to the switch; retried without it)")
+        elif first.kind is CallKind.OK:
+            report.say("thinking off: honoured (the switch was accepted)")
+        else:
+            report.say(f"thinking off: not known (the first call: {first.error})")
         mode = "logprobs" if offered else "votes"
         config = JudgeConfig(readout=mode, timeout_seconds=timeout)
         right = wrong = unsure = scored = 0
