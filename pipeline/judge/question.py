@@ -90,6 +90,11 @@ class JudgeConfig:
     top_logprobs: int = 5
     timeout_seconds: float = 10.0
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    readout: str = "auto"
+    """auto (logprobs; votes where the endpoint gives none), logprobs, or votes
+    (`pipeline.judge.votes`)."""
+    votes: int = 5
+    """One-word verdicts asked where the readout is votes: each a call of its own."""
 
     def __post_init__(self) -> None:
         for name in ("accept_bar", "reject_bar", "timeout_seconds"):
@@ -110,6 +115,11 @@ class JudgeConfig:
             raise PolicyError(
                 "judge.max_context_tokens", value, f"an integer >= {MIN_CONTEXT_TOKENS} (tokens)"
             )
+        if self.readout not in ("auto", "logprobs", "votes"):
+            raise PolicyError("judge.readout", self.readout, "auto, logprobs or votes")
+        votes = self.votes
+        if isinstance(votes, bool) or not isinstance(votes, int) or not 1 <= votes <= 25:
+            raise PolicyError("judge.votes", votes, "an integer in [1, 25]")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, object]) -> JudgeConfig:
@@ -245,6 +255,9 @@ class JudgeReadout:
                 for `weak_mass` as a diagnostic, but only `ok` readouts are acted on.
     top_tokens: the raw (token, logprob) alternatives as received.
     usage:      the reply's integer token counts (read-only).
+    readout:    which readout it is: logprobs, or votes (`pipeline.judge.votes`: score is
+                the share of yes among all votes, p_no the share of no).
+    votes:      the votes (yes, no or other), for a votes readout.
     """
 
     status: JudgeStatus
@@ -255,9 +268,13 @@ class JudgeReadout:
     model: str | None = None
     usage: Mapping[str, int] | None = field(default=None, hash=False)
     detail: str = ""
+    readout: str = "logprobs"
+    votes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "readout": self.readout,
+            **({"votes": list(self.votes)} if self.votes else {}),
             "status": self.status.value,
             "score": self.score,
             "p_yes": self.p_yes,
@@ -460,7 +477,9 @@ def decide_judge(readout: JudgeReadout, config: JudgeConfig | None = None) -> Ju
             score,
             readout.status,
         )
-    if score <= config.reject_bar:
+    # Votes bound P(yes) from above by 1 - no/N: a vote neither yes nor no is no clear no.
+    upper = 1.0 - readout.p_no if readout.readout == "votes" else score
+    if upper <= config.reject_bar:
         return JudgeDecision(
             JudgeVerdict.NO,
             f"judge readout {score:.3f} <= reject bar {config.reject_bar}",

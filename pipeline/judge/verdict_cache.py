@@ -146,6 +146,7 @@ def readout_from_dict(data: Mapping[str, Any]) -> JudgeReadout | None:
                 {str(k): int(v) for k, v in usage.items()} if isinstance(usage, Mapping) else None
             ),
             detail=str(data.get("detail", "")),
+            readout=str(data.get("readout", "logprobs")),
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -78,6 +78,13 @@ MALFORMED: dict[str, list[str]] = {
     "check": ["check", "[not json"],  # a malformed line rather than a file
 }
 
+# Commands that ask a model endpoint, given one that does not answer: their report ends
+# in one verdict line on stdout (`not usable: …`), exit 1, nothing on stderr.
+ENDPOINT: dict[str, list[str]] = {
+    "judge probe": ["judge", "probe", "--url", f"http://{NOWHERE}/v1", "--model", "m"],
+    "sampler probe": ["sampler", "probe", "--url", f"http://{NOWHERE}/v1"],
+}
+
 # Commands neither table can reach, and why.
 NEITHER = {
     f"bench {name}": "starts its own broker with deploy/kafka/local.sh when none answers"
@@ -99,7 +106,7 @@ def leaves(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[str]:
 
 
 def test_every_command_is_tried() -> None:
-    untried = set(leaves(main)) - set(BROKER) - set(MALFORMED) - set(NEITHER)
+    untried = set(leaves(main)) - set(BROKER) - set(MALFORMED) - set(ENDPOINT) - set(NEITHER)
     assert not untried, f"add these commands to a table here: {sorted(untried)}"
 
 
@@ -124,7 +131,7 @@ def runs(
     # wait-ready's stage is up (this process announces it): only the broker is missing.
     announce_ready(Settings(data_dir=str(tmp / "data")), "rules", "g", [0], err=io.StringIO())
     started = {}
-    for table, rows in (("broker", BROKER), ("malformed", MALFORMED)):
+    for table, rows in (("broker", BROKER), ("malformed", MALFORMED), ("endpoint", ENDPOINT)):
         for name, argv in rows.items():
             args = [a.format(tmp=tmp, good=good, bad=bad, policy=policy) for a in argv]
             started[table, name] = subprocess.Popen(
@@ -161,6 +168,14 @@ def test_an_unreachable_broker_is_one_line_naming_the_setting(runs, name: str) -
 def test_a_malformed_file_is_one_line_naming_it(runs, name: str) -> None:
     line = one_line(runs["malformed", name])
     assert "bad.jsonl" in line or "model.safetensors" in line or "not a JSON line" in line, line
+
+
+@pytest.mark.parametrize("name", sorted(ENDPOINT))
+def test_an_unreachable_endpoint_is_one_verdict_line(runs, name: str) -> None:
+    done = runs["endpoint", name]
+    assert done.returncode == 1 and not done.stderr, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"not usable: cannot reach http://{NOWHERE}/v1 ("), last
 
 
 def test_a_first_run_notice_logged_by_a_library_stays_off_a_working_command(

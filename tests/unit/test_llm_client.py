@@ -99,7 +99,13 @@ class TestJudge:
 
     async def test_missing_logprobs(self):
         async with FakeOpenAIServer([NoLogprobs()]) as server, endpoint(server) as ep:
-            readout, calls = await judge(ep)
+            readout, calls = await ep.judge(  # logprobs only: `auto` would ask for votes
+                "What is the capital of France?",
+                ["Paris is..."],
+                "Paris",
+                JudgeConfig(readout="logprobs"),
+                timeout=5.0,
+            )
         assert calls[0].ok
         assert readout.status is JudgeStatus.NO_LOGPROBS
         assert decide_judge(readout, JUDGE).verdict is JudgeVerdict.UNSURE

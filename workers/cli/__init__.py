@@ -22,6 +22,7 @@ from workers.cli import (
     encoder,
     evaluate,
     inprocess,
+    probe,
     reader,
     replay,
     review,
@@ -75,6 +76,8 @@ for _command in (
     reader.reader,
     audit.audit,
     acls.acls,
+    probe.judge,
+    probe.sampler,
     bench,
 ):
     main.add_command(_command)

@@ -42,6 +42,13 @@ from pipeline.judge.question import (
     read_verdict,
     strip_thinking_switch,
 )
+from pipeline.judge.votes import (
+    OTHER,
+    build_vote_request,
+    read_vote,
+    readout_from_votes,
+    refuses_logprobs,
+)
 from pipeline.policy.breaker import (
     CLOSED,
     BreakerConfig,
@@ -69,6 +76,10 @@ THINKING_SWITCH_REJECTED = frozenset({400, 422})
 """Statuses that mean 'this server rejects the thinking switch': retry once without it."""
 
 _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+
+LEARNED_READOUTS: dict[tuple[str, str], str] = {}
+"""What `[judge] readout = "auto"` learned per endpoint (base URL, model), in this process:
+"votes" once it gave no logprobs or refused the parameter."""
 
 
 class CallKind(StrEnum):
@@ -366,22 +377,68 @@ class ChatEndpoint:
             top_logprobs=config.top_logprobs,
             thinking_off=self._send_thinking_switch,
         )
+        if self.readout_mode(config) == "votes":
+            return await self._votes(messages, config.votes, budget, until)
         calls = [await self.complete(body, timeout=budget, patience=patience)]
         first = calls[0]
         if (
             first.kind is CallKind.HTTP_ERROR
             and first.status in THINKING_SWITCH_REJECTED
             and has_thinking_switch(body)
+            and not refuses_logprobs(first.status, first.error)
         ):
             retry = strip_thinking_switch(body)
             left = until - loop.time()
             calls.append(await self.complete(retry, timeout=min(budget, left), patience=left))
         final = calls[-1]
+        if config.readout == "auto" and _gives_no_logprobs(final):
+            # Learned once per endpoint: from now on it is asked for votes straight away.
+            LEARNED_READOUTS[(self.base_url, self.model)] = "votes"
+            log.warning("judge %s (%s) gives no logprobs: reading votes", self.base_url, self.model)
+            readout, votes = await self._votes(messages, config.votes, budget, until)
+            return readout, calls + votes
         if final.kind is CallKind.OK:
             return _read_verdict_safely(final.body), calls
         if final.kind is CallKind.MALFORMED:
             return JudgeReadout(JudgeStatus.MALFORMED, detail=final.error), calls
         return None, calls
+
+    def readout_mode(self, config: JudgeConfig) -> str:
+        """The readout the next verdict asks for: votes where the policy says so or where
+        `auto` learned this endpoint gives no logprobs, else logprobs."""
+        if config.readout == "votes":
+            return "votes"
+        learned = LEARNED_READOUTS.get((self.base_url, self.model))
+        return "votes" if config.readout == "auto" and learned == "votes" else "logprobs"
+
+    async def _votes(
+        self, messages: list[dict[str, str]], n: int, budget: float, until: float
+    ) -> tuple[JudgeReadout | None, list[CallResult]]:
+        """`n` one-word verdicts (`pipeline.judge.votes`), each a call of its own through
+        `complete` (call slots, Retry-After, the breaker). The first goes alone, to learn
+        whether the thinking switch is refused; the rest go at once. A vote whose call
+        failed counts as `other` (no clear verdict); none came back at all: no readout."""
+        loop = asyncio.get_running_loop()
+        body = build_vote_request(self.model, messages, thinking_off=self._send_thinking_switch)
+
+        async def vote(request: Mapping[str, Any]) -> CallResult:
+            left = until - loop.time()
+            return await self.complete(request, timeout=min(budget, left), patience=left)
+
+        calls = [await vote(body)]
+        if (
+            calls[0].kind is CallKind.HTTP_ERROR
+            and calls[0].status in THINKING_SWITCH_REJECTED
+            and has_thinking_switch(body)
+        ):
+            body = strip_thinking_switch(body)
+            calls.append(await vote(body))
+        if calls[-1].kind is not CallKind.OK:
+            return None, calls  # the first vote failed: fail closed without spending more
+        calls += await asyncio.gather(*(vote(body) for _ in range(n - 1)))
+        answered = calls[-n:]
+        ballots = [read_vote(c.body) if c.kind is CallKind.OK else OTHER for c in answered]
+        return readout_from_votes(ballots, self.model), calls
 
     async def sample(
         self,
@@ -500,6 +557,15 @@ async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
             raise ReplyTooLarge(f"reply over {cap} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _gives_no_logprobs(final: CallResult) -> bool:
+    """A reply without logprobs, or a 400/422 refusing the parameter."""
+    if final.kind is CallKind.HTTP_ERROR:
+        return refuses_logprobs(final.status, final.error)
+    if final.kind is not CallKind.OK:
+        return False
+    return _read_verdict_safely(final.body).status is JudgeStatus.NO_LOGPROBS
 
 
 def _read_verdict_safely(body: dict[str, Any] | None) -> JudgeReadout:

@@ -95,6 +95,8 @@ def _readout(data: Any) -> JudgeReadout | None:
         model=data.get("model"),
         usage=dict(usage) if isinstance(usage, Mapping) else None,
         detail=str(data.get("detail", "")),
+        readout=str(data.get("readout", "logprobs")),
+        votes=tuple(str(v) for v in data.get("votes") or ()),
     )
 
 

@@ -12,6 +12,7 @@ from pipeline.judge.question import JudgeVerdict
 from pipeline.rungs.grounding_switch import ON_REJECT_ACTIONS, SwitchAction
 from pipeline.rungs.rule_checks import RulesAction
 from topics.names import Topic
+from workers.clients.discovery import resolve_model
 from workers.interfaces import EndpointConfig, Stage
 from workers.runtime.settings import Settings
 from workers.stages.consistency import ConsistencyStage
@@ -43,7 +44,7 @@ class StageRow:
 def sampler(s: Settings) -> EndpointConfig:
     return EndpointConfig(
         s.sampler_url,
-        s.sampler_model,
+        resolve_model("sampler", s.sampler_url, s.sampler_model, s.sampler_api_key),
         s.sampler_timeout,
         s.sampler_api_key,
         s.sampler_max_in_flight,
@@ -52,7 +53,11 @@ def sampler(s: Settings) -> EndpointConfig:
 
 def judge(s: Settings) -> EndpointConfig:
     return EndpointConfig(
-        s.judge_url, s.judge_model, s.judge_timeout, s.judge_api_key, s.judge_max_in_flight
+        s.judge_url,
+        resolve_model("judge", s.judge_url, s.judge_model, s.judge_api_key),
+        s.judge_timeout,
+        s.judge_api_key,
+        s.judge_max_in_flight,
     )
 
 

@@ -66,6 +66,13 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
     policy = settings.load_policy()  # a policy whose reader is not served stops here
     if name == "geometry" and (note := settings.reader_note(policy)):
         log.warning(note)  # the stage that would run the reader says it will not
+    if name in ("consistency", "judge") and not settings.judge_url:
+        # Both send answers to the judge (consistency defers to it): said once, here.
+        log.warning(
+            "%s: no judge configured (GROUNDSTREAM_JUDGE_URL is not set): every answer this"
+            " ladder sends to the judge goes to a person",
+            name,
+        )
     ctx = StageContext(
         policy=policy,
         default_route=settings.default_route,

@@ -98,6 +98,9 @@ class JudgeStage(EnvelopeStage):
         evidence["tokens"] = spent_tokens(calls).to_dict()
         if readout is not None:
             evidence["readout"] = readout.to_dict()
+        # Which readout decided (logprobs or votes); on a failed call, the one it asked for.
+        mode = getattr(endpoint, "readout_mode", lambda _: "logprobs")(ctx.policy.judge)
+        evidence["readout_kind"] = readout.readout if readout is not None else mode
         verdict = judge.decide(
             readout,
             failure_kind(calls[-1]) if readout is None else "",

@@ -133,7 +133,8 @@ class JudgeBook:
     def remember(
         self, partition: int, key: str, readout: JudgeReadout, now: float, candidate_id: str
     ) -> None:
-        entry = CachedVerdict(readout.to_dict(), now, candidate_id)
+        kept = {k: v for k, v in readout.to_dict().items() if k != "votes"}  # the verdict only
+        entry = CachedVerdict(kept, now, candidate_id)
         self.table[verdict_key(partition, key)] = entry.to_dict()
 
     # -- the budgets ------------------------------------------------------------------
