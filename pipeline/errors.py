@@ -25,7 +25,7 @@ GroundstreamError
  ├── ControlUnknown (RuntimeError) ↻     workers.runtime.loop: kill switch unknown; redo the batch
  ├── ProcessingStopped (RuntimeError)    workers.runtime.isolation: a permanent error under `stop`
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap
- ├── EndpointRefused                     workers.clients.discovery: no model set, none or two found
+ ├── EndpointRefused                     workers.clients.discovery: no model set and not one found
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
  ├── OutcomeTimeout (TimeoutError) ↻     workers.clients.agent: no outcome yet (in flight)
  ├── AlreadyDecided (LookupError)        workers.runtime.review: a second verdict on one candidate
