@@ -277,16 +277,20 @@ def worker_env(bootstrap: str, prefix: str, data_dir: Path, **extra: str) -> dic
     return env
 
 
+def groundstream(
+    env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`groundstream ARGS` from this checkout, whatever its exit status (`cli` raises)."""
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run `groundstream ARGS` from this checkout; raise with its output on failure."""
-    done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = groundstream(env, *args, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"groundstream {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done

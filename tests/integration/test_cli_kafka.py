@@ -14,21 +14,7 @@ from pipeline.trail.records import make_record, record_hash
 from topics.codec import dumps, loads
 
 from .conftest import consume_all
-from .harness import REPO_ROOT, cli, worker_env
-
-
-def groundstream(
-    env: dict[str, str], *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """`groundstream ARGS`, whatever its exit status."""
-    return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from .harness import REPO_ROOT, cli, groundstream, worker_env
 
 
 def candidate(cid: str, **override: object) -> bytes:

@@ -32,7 +32,15 @@ from workers.bench.procs import free_port
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import Settings
 
-from .harness import REPO_ROOT, BrokerStartError, LocalCluster, Workers, cli, secure_broker
+from .harness import (
+    REPO_ROOT,
+    BrokerStartError,
+    LocalCluster,
+    Workers,
+    cli,
+    groundstream,
+    secure_broker,
+)
 
 N = 40
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -68,14 +76,6 @@ def env_as(cluster: LocalCluster, user: str, prefix: str, data: Path, **extra: s
         "PYTHONPATH": str(REPO_ROOT),
     }
     return env | extra
-
-
-def groundstream(env: dict, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:

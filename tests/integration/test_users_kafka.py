@@ -31,7 +31,7 @@ from topics.names import Topic
 from workers.clients.agent import AgentClient, CandidateConflict
 
 from .conftest import consume_all, create_topics, produce
-from .harness import FIXTURES, REPO_ROOT, Workers, cli, values, worker_env
+from .harness import FIXTURES, REPO_ROOT, Workers, cli, groundstream, values, worker_env
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -52,15 +52,6 @@ def candidate(cid: str, case: str, session: str | None = None, **extra: Any) -> 
         "response": ANSWER,
         **extra,
     }
-
-
-def groundstream(
-    env: dict[str, str], *args: str, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
 
 
 @dataclass
