@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -29,6 +28,7 @@ from tests.integration.conftest import consume_all
 from tests.integration.harness import FIXTURES, Workers, cli, local_sh, worker_env
 from topics.codec import dumps, loads
 from topics.names import TERMINAL, Topic
+from workers.bench.procs import free_port
 from workers.runtime.ladder import STAGE_NAMES
 
 POLICY = FIXTURES / "ladder" / "policy.toml"
@@ -264,20 +264,14 @@ async def wait_for_outcomes(
         await consumer.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class OwnBroker:
     """A single-node broker of this test's own, through local.sh."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.env = {
             "KAFKA_PORT": str(self.port),
-            "KAFKA_CONTROLLER_PORT": str(_free_port()),
+            "KAFKA_CONTROLLER_PORT": str(free_port()),
             "GROUNDSTREAM_KAFKA_DIR": str(run_dir),
         }
         self.run_dir = run_dir

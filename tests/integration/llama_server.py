@@ -19,7 +19,6 @@ behaviour, never its quality.
 from __future__ import annotations
 
 import importlib.util
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+
+from workers.bench.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,12 +46,6 @@ def gguf() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
     return path if path.is_file() else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

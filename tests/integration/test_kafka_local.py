@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from workers.bench.procs import free_port
 
 from .harness import local_sh
 
@@ -90,12 +91,6 @@ async def test_two_mib_message(kafka_bootstrap, topic_prefix, kafka_helpers):
     assert [r.value for r in records] == [payload]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _local_sh(
     run_dir: Path, port: int, controller: int, *args: str
 ) -> subprocess.CompletedProcess[str]:
@@ -115,7 +110,7 @@ def _pid_from_status(out: str) -> int:
 
 def test_local_sh_start_is_idempotent_and_stop_ends_only_its_broker(tmp_path: Path) -> None:
     """A second broker of the test's own, on free ports and its own run dir."""
-    port, controller = _free_port(), _free_port()
+    port, controller = free_port(), free_port()
     sh = lambda *a: _local_sh(tmp_path / "run", port, controller, *a)  # noqa: E731
     assert sh("status").returncode != 0, "nothing is running in a fresh run dir"
     try:
