@@ -23,10 +23,12 @@ the geometry (`veto_grounding_yes`): with ``judge_veto_cut`` set, a yes on an an
 P(grounded) is below it goes to a person.
 
 A fitted judge share (`calibrate --judge-share`, `pipeline.fit.judge_share`) needs no
-setting of its own here: its accept cut is the route's accept cut, its reject cut the
-review cut, and ``below_review_with_judge = "on_reject"``, so the switch accepts above the
-band, takes on_reject below it, and escalates the band, which consistency passes on to the
-judge unless samples commit it.
+rule of its own here: a route's `[routes.NAME.judge_band]` is applied by the policy
+(`Policy.judged_route`, `Policy.thresholds_for(..., judged=True)`) only where a judge is
+configured: the band's accept cut is the switch's accept cut, its reject cut the review
+cut, and ``below_review_with_judge = "on_reject"``, so the switch accepts above the band,
+takes on_reject below it, and escalates the band, which consistency passes on to the judge
+unless samples commit it.
 
 With no judge (``judge_available`` false) the switch's verdict stands unchanged, so a
 route without a judge behaves exactly as before. Whether a judge is available is a fact

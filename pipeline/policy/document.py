@@ -13,18 +13,18 @@ import hashlib
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from pipeline.bounds.thresholds import LONG_CUTS, Thresholds
-from pipeline.bounds.validation import real
+from pipeline.bounds.validation import number, real
 from pipeline.errors import PolicyError
 from pipeline.guards.language import encoder_languages
 from pipeline.judge.question import JudgeConfig
 from pipeline.policy.attach import AttachMapping
-from pipeline.policy.routing import Mode, RouteConfig
+from pipeline.policy.routing import BELOW_REVIEW_ON_REJECT, Mode, RouteConfig
 from pipeline.rungs.grounding_switch import GroundingSwitch, SwitchAction, parse_on_reject
 from pipeline.rungs.rule_checks import RulesConfig
 from pipeline.rungs.self_consistency import ConsistencyConfig
@@ -49,11 +49,21 @@ _SECTIONS = frozenset(
 )
 
 
-ROUTE_FIT_SECTIONS = ("thresholds", "grounding", "calibration")
+ROUTE_FIT_SECTIONS = ("thresholds", "grounding", "calibration", "judge_band")
 """A route's own fit, written by `calibrate --route NAME` as `[routes.NAME.thresholds]` and
 `[routes.NAME.grounding]` (with its provenance in `[routes.NAME.calibration]`): an
 extractive-QA route and a summarising route are different populations. A route without
-them uses the policy's top-level fit."""
+them uses the policy's top-level fit. `[routes.NAME.judge_band]` is the band a judge is
+asked about (`calibrate --judge-share`), used only where a judge is configured."""
+
+JUDGE_BAND_CUTS = (
+    "grounding_accept",
+    "grounding_review",
+    "grounding_accept_long",
+    "grounding_review_long",
+)
+"""The P(grounded) cuts a `[routes.NAME.judge_band]` sets: at or above accept to state
+unjudged, below review to the route's on_reject unjudged, between to the judge."""
 
 
 UNKNOWN_ROUTE = "unknown_route"
@@ -66,6 +76,9 @@ class RouteFit:
 
     thresholds: Thresholds
     grounding: GroundingModel | None
+    judged: Thresholds | None = None
+    """The cuts with a judge configured: the route's `judge_band` over its own cuts, or
+    None where the route has no band (a judge then changes no cut)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,17 +103,32 @@ class Policy:
     route_fits: Mapping[str, RouteFit] = field(default_factory=lambda: MappingProxyType({}))
     attach: AttachMapping | None = None
     """How `groundstream attach` reads a user's own messages (`[attach]`), if it is used."""
+    judged_routes: Mapping[str, RouteConfig] = field(default_factory=lambda: MappingProxyType({}))
+    """Each route with a `judge_band`, as it decides with a judge configured."""
 
-    def switch(self, route: RouteConfig | None = None) -> GroundingSwitch:
-        """The switch for a route: the route's thresholds, the route's on_reject."""
+    def switch(self, route: RouteConfig | None = None, judged: bool = False) -> GroundingSwitch:
+        """The switch for a route: the route's thresholds (with a judge configured, its
+        band's, `judged`), the route's on_reject."""
         if route is None:
             return GroundingSwitch.from_thresholds(self.thresholds, self.on_reject)
-        return GroundingSwitch.from_thresholds(self.thresholds_for(route.name), route.on_reject)
+        return GroundingSwitch.from_thresholds(
+            self.thresholds_for(route.name, judged), route.on_reject
+        )
 
-    def thresholds_for(self, route: str) -> Thresholds:
-        """The cuts a route's candidates are judged by: its own fit's, else the policy's."""
+    def thresholds_for(self, route: str, judged: bool = False) -> Thresholds:
+        """The cuts a route's candidates are judged by: its own fit's, else the policy's;
+        with a judge configured (`judged`) and a fitted band, the band's."""
         fit = self.route_fits.get(route)
-        return self.thresholds if fit is None else fit.thresholds
+        if fit is None:
+            return self.thresholds
+        return fit.judged if judged and fit.judged is not None else fit.thresholds
+
+    def judged_route(self, route: RouteConfig) -> RouteConfig:
+        """`route` as it decides with a judge configured. With a fitted band only the band
+        is asked: below it the route's on_reject, above it state, each unjudged (the band's
+        cuts are `thresholds_for(..., judged=True)`), and a judge's yes below the band's veto
+        cut goes to a person. Without a band, `route` as written."""
+        return self.judged_routes.get(route.name, route)
 
     def grounding_for(self, route: str) -> GroundingModel | None:
         """The grounding model a route's candidates are scored by: its own, else the policy's."""
@@ -140,8 +168,10 @@ class Policy:
             return None
         return f"unknown route {name!r} (the policy has {', '.join(sorted(self.routes))})"
 
-    def thresholds_dict(self, route: str | None = None) -> dict[str, float]:
-        return (self.thresholds if route is None else self.thresholds_for(route)).to_dict()
+    def thresholds_dict(self, route: str | None = None, judged: bool = False) -> dict[str, float]:
+        if route is None:
+            return self.thresholds.to_dict()
+        return self.thresholds_for(route, judged).to_dict()
 
 
 def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -180,16 +210,23 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
     routes_raw = _section(data, "routes")
     routes: dict[str, RouteConfig] = {}
     route_fits: dict[str, RouteFit] = {}
+    judged_routes: dict[str, RouteConfig] = {}
     for name in routes_raw:
         table = _section(routes_raw, name)
         settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
         routes[name] = RouteConfig.from_mapping(name, settings)
-        if "thresholds" in table or "grounding" in table:
-            cuts = _section(table, "thresholds")
-            route_fits[name] = RouteFit(
-                _thresholds(cuts, f"routes.{name}.thresholds", thresholds),
-                GroundingModel.from_mapping(_section(table, "grounding")),
+        if "thresholds" in table or "grounding" in table or "judge_band" in table:
+            cuts = _thresholds(
+                _section(table, "thresholds"), f"routes.{name}.thresholds", thresholds
             )
+            band = _section(table, "judge_band") if "judge_band" in table else None
+            route_fits[name] = RouteFit(
+                cuts,
+                GroundingModel.from_mapping(_section(table, "grounding")),
+                None if band is None else _band_cuts(band, name, cuts),
+            )
+            if band is not None:
+                judged_routes[name] = _judged(routes[name], band)
     routes = routes or {"default": RouteConfig()}
     claimed: dict[str, str] = {}
     for name, route in routes.items():
@@ -216,6 +253,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         source=source,
         sha256=sha256,
         route_fits=MappingProxyType(route_fits),
+        judged_routes=MappingProxyType(judged_routes),
         attach=AttachMapping.parse(_section(data, "attach")) if "attach" in data else None,
     )
 
@@ -229,6 +267,36 @@ def _thresholds(table: Mapping[str, Any], prefix: str, base: Thresholds) -> Thre
         if long not in table and short in table:
             values[long] = values[short]
     return Thresholds(**values)
+
+
+def _band_cuts(band: Mapping[str, Any], route: str, base: Thresholds) -> Thresholds:
+    """A `[routes.ROUTE.judge_band]`'s cuts over the route's own (`base`)."""
+    prefix = f"routes.{route}.judge_band"
+    for key in band:
+        if key not in (*JUDGE_BAND_CUTS, "judge_veto_cut"):
+            raise PolicyError(
+                f"{prefix}.{key}",
+                band[key],
+                f"a known key: {', '.join(JUDGE_BAND_CUTS)}, judge_veto_cut",
+            )
+    return _thresholds({k: band[k] for k in JUDGE_BAND_CUTS if k in band}, prefix, base)
+
+
+def _judged(route: RouteConfig, band: Mapping[str, Any]) -> RouteConfig:
+    """`route` with a judge configured and a fitted band: nothing above or below the band
+    is asked (the band's share would not hold), the band's veto cut, if any."""
+    veto = number(band, f"routes.{route.name}.judge_band", "judge_veto_cut", None)
+    if veto is not None and not 0.0 <= veto <= 1.0:
+        raise PolicyError(
+            f"routes.{route.name}.judge_band.judge_veto_cut", veto, "a number in [0, 1]"
+        )
+    return replace(
+        route,
+        below_review_with_judge=BELOW_REVIEW_ON_REJECT,
+        judge_accept_cut=None,
+        reader_accept_cut=None,
+        judge_veto_cut=veto,
+    )
 
 
 POLICY_ENV = "GROUNDSTREAM_POLICY"

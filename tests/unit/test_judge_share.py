@@ -307,9 +307,13 @@ def banded_policy(veto: float | None = None):
     return parse_policy(policy), route
 
 
-def switch_verdict(p: float, judge_available: bool = True):
-    policy, _ = banded_policy()
+def switch_verdict(p: float, judge_available: bool = True, policy=None):
+    """The switch's verdict on P(grounded) `p`, as the switch stage builds it: the route and
+    cuts as decided with a judge where one is configured."""
+    policy = policy or banded_policy()[0]
     route = policy.route("default")
+    if judge_available:
+        route = policy.judged_route(route)
     score = GroundingScore(p, SGIResult(1.1, 1.0, 0.8, 0, 1), {})
     candidate = Candidate(id="c1", session_id="s1", question="q?", response="r.")
     verdict, _ = switch_stage.decide(
@@ -317,8 +321,8 @@ def switch_verdict(p: float, judge_available: bool = True):
         route,
         SessionState(),
         score,
-        policy.switch(route),
-        policy.thresholds_dict("default"),
+        policy.switch(route, judge_available),
+        policy.thresholds_dict("default", judge_available),
         policy.grounding_for("default"),
         judge_available,
     )
@@ -326,14 +330,48 @@ def switch_verdict(p: float, judge_available: bool = True):
 
 
 class TestTheBandOnTheLadder:
-    def test_the_route_takes_the_bands_cuts_and_asks_only_the_band(self) -> None:
+    def test_with_a_judge_the_route_takes_the_bands_cuts_and_asks_only_the_band(self) -> None:
         policy, table = banded_policy()
-        route = policy.route("default")
+        route = policy.judged_route(policy.route("default"))
         assert route.below_review_with_judge == "on_reject"
         assert route.judge_accept_cut is None and route.reader_accept_cut is None
-        assert policy.thresholds_for("default").grounding_accept == 0.8
-        assert policy.thresholds_for("default").grounding_review_long == 0.4
+        assert policy.thresholds_for("default", judged=True).grounding_accept == 0.8
+        assert policy.thresholds_for("default", judged=True).grounding_review_long == 0.4
         assert table["calibration"]["judge_share"] == 0.3
+
+    def test_without_a_judge_the_route_is_as_written(self) -> None:
+        policy, table = banded_policy()
+        assert policy.route("default") == RouteConfig.from_mapping(
+            "default", {k: v for k, v in SHIPPED_ROUTE.items()}
+        )
+        assert policy.thresholds_for("default").grounding_accept == 0.7
+        assert policy.thresholds_for("default").grounding_review == 0.5
+        assert set(table["judge_band"]) == {
+            "grounding_accept",
+            "grounding_review",
+            "grounding_accept_long",
+            "grounding_review_long",
+        }
+
+    def test_without_a_judge_the_band_decides_nothing(self) -> None:
+        """Every P(grounded) on a fine grid: the banded policy without a judge decides as
+        the same policy with no band at all."""
+        banded, table = banded_policy()
+        plain = {k: v for k, v in table.items() if k not in ("judge_band", "calibration")}
+        unbanded = parse_policy(
+            {
+                "policy": {"version": "plain"},
+                "thresholds": {"grounding_accept": 0.7, "grounding_review": 0.5},
+                "grounding": MODEL,
+                "routes": {"default": plain},
+            }
+        )
+        for p in np.linspace(0.0, 1.0, 201):
+            a = switch_verdict(float(p), False, banded)
+            b = switch_verdict(float(p), False, unbanded)
+            assert (a.routing, a.reason, a.thresholds) == (b.routing, b.reason, b.thresholds)
+        assert switch_verdict(0.75, False, banded).routing is SwitchAction.ACCEPT
+        assert switch_verdict(0.75, True, banded).routing is SwitchAction.ESCALATE
 
     def test_above_the_accept_cut_state_without_the_judge(self) -> None:
         assert switch_verdict(0.85).routing is SwitchAction.ACCEPT  # shipped route: 0.9 asks
@@ -381,13 +419,28 @@ class TestTheGroundingVeto:
             RouteConfig(judge_veto_cut=1.5)
         assert RouteConfig.from_mapping("r", {"judge_veto_cut": 0.2}).judge_veto_cut == 0.2
 
-    def test_a_band_with_a_veto_writes_it_to_the_route(self) -> None:
+    def test_a_band_with_a_veto_writes_it_to_the_band(self) -> None:
         policy, table = banded_policy(veto=0.55)
-        assert table["judge_veto_cut"] == 0.55
-        assert judged(0.5, policy.route("default")).gate == "grounding_veto"
-        # ... and a fit without one clears a hand-set cut the band was not fitted with.
+        assert table["judge_band"]["judge_veto_cut"] == 0.55
+        assert judged(0.5, policy.judged_route(policy.route("default"))).gate == "grounding_veto"
+        # ... and with a band, a hand-set cut the band was not fitted with is not applied.
         _, cleared = banded_policy()
-        assert "judge_veto_cut" not in cleared
+        assert "judge_veto_cut" not in cleared["judge_band"]
+        with_cut = dict(SHIPPED_ROUTE, judge_veto_cut=0.9) | {"judge_band": cleared["judge_band"]}
+        hand_set = parse_policy({"policy": {"version": "v"}, "routes": {"default": with_cut}})
+        assert hand_set.judged_route(hand_set.route("default")).judge_veto_cut is None
+        assert hand_set.route("default").judge_veto_cut == 0.9
+
+    def test_a_bad_band_is_refused_naming_the_key(self) -> None:
+        for band, key in (
+            ({"grounding_accept": "high"}, "routes.default.judge_band.grounding_accept"),
+            ({"judge_veto_cut": 1.5}, "routes.default.judge_band.judge_veto_cut"),
+            ({"accept": 0.8}, "routes.default.judge_band.accept"),
+        ):
+            with pytest.raises(PolicyError, match=key.replace(".", r"\.")):
+                parse_policy(
+                    {"policy": {"version": "v"}, "routes": {"default": {"judge_band": band}}}
+                )
 
 
 # --- calibrate --judge-share ---------------------------------------------------------------
@@ -436,8 +489,9 @@ class TestCalibrateCommand:
         route = tomllib.loads(out.read_text())["routes"]["default"]
         assert route["calibration"]["judge_accuracy"] == 0.85
         assert route["calibration"]["frontier"]["labelled.jsonl"][-1]["every_answer"] is True
-        assert route["below_review_with_judge"] == "on_reject"
-        assert set(route["thresholds"]) == {
+        # The band is its own section; the route's settings and cuts are as written.
+        assert "thresholds" not in route and "below_review_with_judge" not in route
+        assert set(route["judge_band"]) >= {
             "grounding_accept",
             "grounding_review",
             "grounding_accept_long",
@@ -495,7 +549,7 @@ class TestCalibrateCommand:
         calibrate(out, "--judge-share", "0.4")
         calibrate(out)
         route = tomllib.loads(out.read_text())["routes"]["default"]
-        assert "thresholds" not in route and "calibration" not in route
+        assert "judge_band" not in route and "calibration" not in route
 
     def test_a_refit_from_verdicts_drops_the_stale_band_too(self, tmp_path, hashed) -> None:
         out = tmp_path / "p.toml"
@@ -503,7 +557,7 @@ class TestCalibrateCommand:
         policy = tomllib.loads(out.read_text())
         write_fit(out, None, {"thresholds": {}, "grounding": policy["grounding"]}, {"n": 6})
         route = tomllib.loads(out.read_text())["routes"]["default"]
-        assert "thresholds" not in route and route["below_review_with_judge"] == "on_reject"
+        assert "judge_band" not in route and "calibration" not in route
 
     def test_a_route_fit_with_judge_share(self, tmp_path, hashed) -> None:
         out = tmp_path / "p.toml"
@@ -512,7 +566,9 @@ class TestCalibrateCommand:
         assert "judge share 0.20 on route qa" in printed and "every answer" in printed
         route = tomllib.loads(out.read_text())["routes"]["qa"]
         assert route["calibration"]["judge_share"] == 0.2 and "grounding" in route
-        assert route["below_review_with_judge"] == "on_reject"
+        # The route's own cuts as its fit wrote them; the band beside them, for a judge.
+        assert {"grounding_accept", "grounding_review"} <= set(route["thresholds"])
+        assert {"grounding_accept", "grounding_review"} <= set(route["judge_band"])
 
     @pytest.mark.parametrize(
         ("options", "message"),

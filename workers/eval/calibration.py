@@ -36,7 +36,7 @@ from pipeline.guards.domain import shape_inputs, task_of
 from pipeline.guards.familiarity import FAMILIAR_SHARE
 from pipeline.policy.defaults import default_claim_head, default_claim_reader
 from pipeline.policy.document import ROUTE_FIT_SECTIONS, parse_policy
-from pipeline.policy.routing import ACTIVE_APPROVAL, BELOW_REVIEW_ON_REJECT
+from pipeline.policy.routing import ACTIVE_APPROVAL
 from pipeline.scores.batch import familiarity_vectors, measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
@@ -399,19 +399,12 @@ JUDGE_SHARE_ROUTE = "default"
 """The route a whole-policy `calibrate --judge-share` fits the band for (with `--route`,
 that route)."""
 
-UNJUDGED_ACCEPTS = ("judge_accept_cut", "reader_accept_cut")
-"""Route settings that send answers above the accept cut to the judge: a fitted band asks
-about the band only, so the fit removes them (the share would not hold with them)."""
 
-
-def judge_share_settings(settings: dict[str, Any], band: JudgeShareFit) -> dict[str, Any]:
-    """A route's settings for a fitted band: below the reject cut the route's on_reject,
-    never the judge; nothing above the accept cut asked; the veto cut the fit found, if any."""
-    out = {k: v for k, v in settings.items() if k not in (*UNJUDGED_ACCEPTS, "judge_veto_cut")}
-    out["below_review_with_judge"] = BELOW_REVIEW_ON_REJECT
-    if band.veto is not None:
-        out["judge_veto_cut"] = band.veto
-    return out
+def judge_band(band: JudgeShareFit) -> dict[str, float]:
+    """A route's `[routes.NAME.judge_band]` for a fitted band: its P(grounded) cuts, and
+    the veto cut the fit found, if any. Used only where a judge is configured
+    (`Policy.judged_route`): without one the route decides by its own cuts, as before."""
+    return band.cuts | ({} if band.veto is None else {"judge_veto_cut": band.veto})
 
 
 def _drop_stale_bands(routes: dict[str, Any]) -> None:
@@ -419,22 +412,19 @@ def _drop_stale_bands(routes: dict[str, Any]) -> None:
     was fitted on the model this refit replaces. (A route with a model of its own keeps it
     and its band, as `--route` fits are kept.)"""
     for name, table in routes.items():
-        if "judge_share" in table.get("calibration", {}) and "grounding" not in table:
+        if "judge_band" in table and "grounding" not in table:
             routes[name] = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
 
 
 def judge_share_route(
     table: dict[str, Any], band: JudgeShareFit, provenance: dict[str, Any]
 ) -> dict[str, Any]:
-    """A route table (as the policy holds it) whose P(grounded) cuts are `band`'s: accept
-    = the band's accept cut, review = its reject cut, for short and long-form answers, and
-    the fit's provenance and frontier in its `calibration`. The band was fitted on the
-    policy's own model, so a model of the route's own is dropped with its cuts."""
+    """A route table (as the policy holds it) with `band` as its `judge_band`, and the fit's
+    provenance and frontier in its `calibration`. The band was fitted on the policy's own
+    model, so a model of the route's own is dropped with its cuts; the route's settings
+    stay as written, so without a judge it decides exactly as before."""
     settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
-    return judge_share_settings(settings, band) | {
-        "thresholds": band.cuts,
-        "calibration": provenance | band.to_dict(),
-    }
+    return settings | {"judge_band": judge_band(band), "calibration": provenance | band.to_dict()}
 
 
 KEPT_SECTIONS = ("routes", "rules", "consistency", "judge")
@@ -457,11 +447,11 @@ def write_fit(
     sections: dict[str, Any],
     provenance: dict[str, Any],
     serves: Sequence[str] = (),
-    adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write a fit into the existing policy `out` and give it a new version (the old one
-    plus a hash of what was fitted); everything else is left as it is. `adjust` rewrites
-    the route's settings (`judge_share_settings` for a fitted band).
+    plus a hash of what was fitted); everything else is left as it is. A route's fitted band
+    (`sections["judge_band"]`, `judge_band`) is written with it; a refit without one drops
+    the route's old band.
 
     With a `route`: `[routes.ROUTE.thresholds]`, `[routes.ROUTE.grounding]` and the
     provenance in `[routes.ROUTE.calibration]`; a route the policy lacks is added with the
@@ -492,8 +482,8 @@ def write_fit(
             settings["tasks"] = sorted(set(own.get("tasks", [])) | set(serves))
         elif route not in routes:
             settings.pop("tasks", None)
-        if adjust is not None:
-            settings = adjust(settings)
+        if "judge_band" in sections:
+            fit["judge_band"] = sections["judge_band"]
         routes[route] = settings | fit | {"calibration": provenance}
     meta = policy.setdefault("policy", {})
     base = str(meta.get("version", "unversioned")).split("+")[0]
@@ -523,8 +513,8 @@ def calibrate_route(
     write them into the existing policy `out` (`write_fit`); returns the route's
     sections for the CLI to print. With `tasks`, only answers of those kinds
     (`metadata.task`) are fitted, and the route serves those kinds (`tasks` in its table).
-    With `judge_share`, the route's P(grounded) cuts are the fitted band's
-    (`judge_share_route`) and its `calibration` records the frontier."""
+    With `judge_share`, the route also gets the fitted band as its `judge_band` (used only
+    where a judge is configured) and its `calibration` records the frontier."""
     started = time.time()
     examples = [e for path in data for e in examples_from(path, limit)]
     if tasks:
@@ -556,16 +546,9 @@ def calibrate_route(
     if band is None:
         write_fit(out, route, sections, provenance, serves=tasks)
         return sections
-    sections["thresholds"].update(band.cuts)
     provenance.update(band.to_dict())
-    write_fit(
-        out,
-        route,
-        sections,
-        provenance,
-        serves=tasks,
-        adjust=lambda settings: judge_share_settings(settings, band),
-    )
+    sections["judge_band"] = judge_band(band)
+    write_fit(out, route, sections, provenance, serves=tasks)
     return sections | {"calibration": provenance}
 
 

@@ -74,6 +74,7 @@ class JudgeStage(EnvelopeStage):
         c = env.candidate
         if not self.pool.configured:
             return conclude(ctx, self.name, env, judge.UNAVAILABLE, started)
+        route = ctx.policy.judged_route(route)  # the fitted band's veto cut, if any
         endpoint = self.pool.for_route(route)
         cap = min(self.timeout, ctx.policy.judge.timeout_seconds)
         # A long context is read as its claims' best windows (pipeline.judge.context).

@@ -38,7 +38,11 @@ class SwitchStage(EnvelopeStage):
             self._policy, self._routes = ctx.policy, {}
         cached = self._routes.get(route.name)
         if cached is None:
-            cached = (ctx.policy.switch(route), ctx.policy.thresholds_dict(route.name))
+            judged = self.judge_available
+            cached = (
+                ctx.policy.switch(route, judged),
+                ctx.policy.thresholds_dict(route.name, judged),
+            )
             self._routes[route.name] = cached
         return cached
 
@@ -57,6 +61,8 @@ class SwitchStage(EnvelopeStage):
     def decide(self, env: Envelope, ctx: StageContext) -> list[Emit]:
         started = time.perf_counter()
         route = ctx.route_for(env.route)
+        if self.judge_available:  # a fitted judge band applies only where there is a judge
+            route = ctx.policy.judged_route(route)
         key = key_of(env.candidate)
         before = SessionState.from_dict(ctx.sessions.get(key))
         rule, cuts = self._switch(ctx, route)
