@@ -243,6 +243,30 @@ def strip_thinking_switch(body: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in body.items() if k not in THINKING_SWITCH_FIELDS}
 
 
+COMPLETION_TOKENS = "max_completion_tokens"
+"""OpenAI's newer name for `max_tokens`; its reasoning models refuse the old one."""
+
+
+def refuses_max_tokens(status: int | None, error: str, body: Mapping[str, object]) -> bool:
+    """Whether an HTTP answer refuses `body`'s `max_tokens` and names its successor (a
+    400/422 naming both, as OpenAI's reasoning models answer): retry once under the new name."""
+    text = error.casefold()
+    return (
+        status in (400, 422)
+        and "max_tokens" in body
+        and "max_tokens" in text
+        and COMPLETION_TOKENS in text
+    )
+
+
+def with_completion_tokens(body: Mapping[str, object]) -> dict[str, object]:
+    """A copy of `body` whose token cap is sent as `max_completion_tokens`."""
+    out = {k: v for k, v in body.items() if k != "max_tokens"}
+    if "max_tokens" in body:
+        out[COMPLETION_TOKENS] = body["max_tokens"]
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Readout
 

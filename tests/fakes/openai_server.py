@@ -172,6 +172,27 @@ class RejectThinkingSwitch(Behaviour):
 
 
 @dataclass
+class ReasoningModel(Behaviour):
+    """As OpenAI's reasoning models answer: `max_tokens` refused with a 400 naming
+    `max_completion_tokens`, logprobs refused, else a one-word reply (`content`)."""
+
+    content: str = "yes"
+
+    async def respond(self, server: FakeOpenAIServer, body: dict[str, Any]) -> web.StreamResponse:
+        if "max_tokens" in body:
+            return await Status(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.",
+            ).respond(server, body)
+        if body.get("logprobs"):
+            return await Status(
+                400, "Unsupported parameter: 'logprobs' is not supported with this model."
+            ).respond(server, body)
+        return await NoLogprobs(self.content).respond(server, body)
+
+
+@dataclass
 class Slow(Behaviour):
     """Waits `seconds` (cut short when the server stops), then answers with `then`."""
 

@@ -22,6 +22,7 @@ from pipeline.stages import judge
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     NoLogprobs,
+    ReasoningModel,
     RejectThinkingSwitch,
     Slow,
     Status,
@@ -29,13 +30,19 @@ from tests.fakes.openai_server import (
 )
 from tests.unit import test_judge_gate as gate
 from tests.unit.test_judge_accuracy_estimate import human, judged
-from workers.clients.llm import LEARNED_READOUTS, CallKind, ChatEndpoint
+from workers.clients.llm import (
+    COMPLETION_TOKENS_ENDPOINTS,
+    LEARNED_READOUTS,
+    CallKind,
+    ChatEndpoint,
+)
 from workers.eval.reviewed import JudgeAccuracy, judge_accuracy
 
 
 @pytest.fixture(autouse=True)
 def _forget() -> None:
     LEARNED_READOUTS.clear()
+    COMPLETION_TOKENS_ENDPOINTS.clear()
 
 
 def reply(content: object) -> dict:
@@ -162,6 +169,21 @@ class TestClient:
         assert calls[0].kind is CallKind.HTTP_ERROR and len(calls) == 6  # no switch retry
         assert readout.votes == ("no",) * 5
         assert decide_judge(readout).verdict is JudgeVerdict.NO
+
+    async def test_a_reasoning_model_is_asked_for_votes_under_its_token_cap_name(self):
+        """OpenAI's reasoning models refuse both `max_tokens` and logprobs: the cap is
+        renamed once (remembered per endpoint), logprobs are refused, votes decide."""
+        async with FakeOpenAIServer(default=ReasoningModel("yes")) as server, ep(server) as e:
+            readout, calls = await ask(e, JudgeConfig())
+            assert readout.readout == "votes" and readout.votes == ("yes",) * 5
+            assert decide_judge(readout).verdict is JudgeVerdict.YES
+            first, second = server.requests[0], server.requests[1]
+            assert "max_tokens" in first and "max_completion_tokens" in second
+            assert second["max_completion_tokens"] == first["max_tokens"]
+            # Learned: no later request names max_tokens, so none is refused for it again.
+            assert all("max_tokens" not in r for r in server.requests[1:])
+            readout, calls = await ask(e, JudgeConfig())
+            assert len(calls) == 5 and all(c.ok for c in calls)
 
     async def test_logprobs_mode_never_votes(self):
         async with FakeOpenAIServer(default=NoLogprobs("yes")) as server, ep(server) as e:

@@ -40,7 +40,9 @@ from pipeline.judge.question import (
     build_judge_request,
     has_thinking_switch,
     read_verdict,
+    refuses_max_tokens,
     strip_thinking_switch,
+    with_completion_tokens,
 )
 from pipeline.judge.votes import (
     OTHER,
@@ -80,6 +82,10 @@ _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 LEARNED_READOUTS: dict[tuple[str, str], str] = {}
 """What `[judge] readout = "auto"` learned per endpoint (base URL, model), in this process:
 "votes" once it gave no logprobs or refused the parameter."""
+
+COMPLETION_TOKENS_ENDPOINTS: set[tuple[str, str]] = set()
+"""Endpoints (base URL, model) that refused `max_tokens` for `max_completion_tokens`, in
+this process: every later call names its token cap the new way at once."""
 
 
 class CallKind(StrEnum):
@@ -288,6 +294,9 @@ class ChatEndpoint:
         loop = asyncio.get_running_loop()
         until = loop.time() + max(timeout, patience or 0.0)
         waits = 0
+        endpoint = (self.base_url, self.model)
+        if endpoint in COMPLETION_TOKENS_ENDPOINTS:
+            body = with_completion_tokens(body)
         while True:
             try:
                 async with asyncio.timeout_at(until):
@@ -299,6 +308,14 @@ class ChatEndpoint:
             finally:
                 if slot is not None:
                     slot.release()
+            if result.kind is CallKind.HTTP_ERROR and refuses_max_tokens(
+                result.status, result.error, body
+            ):
+                # Learned once per endpoint; the retry is the same call under the new name.
+                COMPLETION_TOKENS_ENDPOINTS.add(endpoint)
+                log.warning("%s (%s) refuses max_tokens: sending max_completion_tokens", *endpoint)
+                body = with_completion_tokens(body)
+                continue
             pause = retry_after(result)
             if pause is None:
                 return replace(result, rate_limited=waits) if waits else result
