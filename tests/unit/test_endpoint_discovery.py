@@ -1,5 +1,5 @@
 """A judge (or sampler) URL without a model: found at /models when the endpoint serves one,
-else refused in one line naming them and the setting (issue 43 item 2)."""
+else refused in one line naming them and the setting."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,18 @@ def test_a_worker_that_sends_answers_to_no_judge_says_so_once(
     said = [r.getMessage() for r in caplog.records if "no judge configured" in r.getMessage()]
     assert [line.split(":")[0] for line in said] == ["consistency", "judge"]
     assert all("GROUNDSTREAM_JUDGE_URL" in line for line in said)
+
+
+def test_eval_with_a_judge_url_and_no_model_asks_the_endpoint() -> None:
+    """`eval --judge-url` without --judge-model looks the model up as the workers do; it
+    used to send a made-up model name ("judge")."""
+    from click.testing import CliRunner
+
+    from workers.cli import main
+
+    labelled = Path(__file__).resolve().parents[1] / "fixtures" / "labelled.jsonl"
+    with models(["a", "b"]) as url:
+        result = CliRunner().invoke(main, ["eval", str(labelled), "--judge-url", url])
+    assert result.exit_code != 0
+    assert "serves 2 models (a, b): set GROUNDSTREAM_JUDGE_MODEL" in result.output
+    assert "Traceback" not in result.output

@@ -68,7 +68,8 @@ def eval_command(
         env = {
             **os.environ,  # parsed and validated as if the variables had been set
             "GROUNDSTREAM_JUDGE_URL": judge_url or settings.judge_url,
-            "GROUNDSTREAM_JUDGE_MODEL": judge_model or settings.judge_model or "judge",
+            # No model: the one the endpoint serves, found at /models, or a one-line refusal.
+            "GROUNDSTREAM_JUDGE_MODEL": judge_model or settings.judge_model,
             "GROUNDSTREAM_READER": settings.reader,
         }
         try:
