@@ -1,4 +1,4 @@
-"""The judge's second readout: votes, for endpoints that give no logprobs (issue 43).
+"""The judge's second readout: votes, for endpoints that give no logprobs.
 
 Anthropic's API, OpenAI's reasoning models and many gateways return no logprobs, or
 refuse the parameter. For them the judge asks the same question `votes` times, sampled,

@@ -324,7 +324,7 @@ def judge_throughput(
     type=click.IntRange(min=1),
     default=300,
     show_default=True,
-    help="With --kafka: candidates produced (the issue's figure: 1000).",
+    help="With --kafka: candidates produced (the documented figure is 1000).",
 )
 @click.option(
     "--produce-seconds",

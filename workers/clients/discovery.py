@@ -1,4 +1,4 @@
-"""An endpoint's model, found when only its URL is set (issue 43 item 2).
+"""An endpoint's model, found when only its URL is set.
 
 `GROUNDSTREAM_JUDGE_URL` set without `GROUNDSTREAM_JUDGE_MODEL` (likewise the sampler's):
 the model is the one `GET {url}/models` lists, named once at start-up; an endpoint that
