@@ -25,6 +25,7 @@ import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from tests.faults.chaos import audit, candidates, wait_for_outcomes
+from tests.fixtures.one_line import one_line
 from topics import clients
 from topics.codec import loads
 from topics.names import Topic
@@ -76,14 +77,6 @@ def env_as(cluster: LocalCluster, user: str, prefix: str, data: Path, **extra: s
         "PYTHONPATH": str(REPO_ROOT),
     }
     return env | extra
-
-
-def one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

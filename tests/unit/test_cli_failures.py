@@ -19,6 +19,7 @@ import click
 import pytest
 
 from pipeline.policy.document import DEFAULT_POLICY_PATH
+from tests.fixtures.one_line import one_line
 from workers.cli import main
 from workers.runtime.ready import announce_ready
 from workers.runtime.settings import Settings
@@ -144,14 +145,6 @@ def runs(
         out, err = proc.communicate(timeout=180)
         done[key] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     return done
-
-
-def one_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode != 0, f"exit 0: {done.stdout}{done.stderr}"
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("name", sorted(BROKER))

@@ -37,6 +37,7 @@ from pipeline.scores.batch import claim_reader_batch, score_batch
 from pipeline.scores.grounding import CLAIM_READER, FEATURES, GroundingModel
 from pipeline.scores.results import GroundingScore
 from pipeline.stages import geometry
+from tests.fixtures.one_line import one_line
 from workers.runtime.settings import Settings, SettingsError
 
 torch = pytest.importorskip("torch")
@@ -360,19 +361,12 @@ class TestLabels:
 
 
 class TestRefusals:
-    def one_line(self, done: subprocess.CompletedProcess) -> str:
-        assert done.returncode != 0, done.stdout
-        assert "Traceback" not in done.stderr, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        return lines[0]
-
     def test_an_unsupported_architecture_is_one_line_naming_it_and_the_supported(self, tmp_path):
         hf = tmp_path / "hf"
         hf.mkdir()
         cfg = {"model_type": "gpt2", "architectures": ["GPT2ForSequenceClassification"]}
         (hf / "config.json").write_text(json.dumps(cfg))
-        line = self.one_line(export(hf, tmp_path / "out"))
+        line = one_line(export(hf, tmp_path / "out"))
         assert "'gpt2' is not supported" in line
         assert "bert, roberta, deberta-v2, modernbert" in line
         assert not (tmp_path / "out").exists()
@@ -386,7 +380,7 @@ class TestRefusals:
             "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
         }
         (hf / "config.json").write_text(json.dumps(cfg))
-        line = self.one_line(export(hf, tmp_path / "out"))
+        line = one_line(export(hf, tmp_path / "out"))
         assert "['LABEL_0', 'LABEL_1']" in line and "--label" in line
 
     def test_a_model_that_is_no_classifier_is_refused(self):
