@@ -135,14 +135,38 @@ def _default(f: dataclasses.Field[Any]) -> object:
     return None
 
 
-def _field_rows(cls: type, module: str, skip: Iterable[str] = ()) -> tuple[Row, ...]:
-    """A row per init field of a config or record dataclass: type, default, docstring."""
+def _field_rows(
+    cls: type, module: str, skip: Iterable[str] = (), kind: Callable[[str], str] | None = None
+) -> tuple[Row, ...]:
+    """A row per init field of a config or record dataclass: type (the annotation, or
+    `kind` of it), default, docstring."""
     doc = _docs(module, cls.__name__)
     return tuple(
-        Row(f.name, (f"`{f.type}`", _code(_default(f))), doc(f.name))
+        Row(f.name, (kind(str(f.type)) if kind else f"`{f.type}`", _code(_default(f))), doc(f.name))
         for f in dataclasses.fields(cls)
         if f.init and f.name not in set(skip)
     )
+
+
+TOML_TYPES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "Mode": "string",
+    "SwitchAction": "string",
+    "OverBudget": "string",
+}
+"""A config field's annotation as the TOML a policy writes (an enum is its value)."""
+
+
+def _toml(annotation: str) -> str:
+    base = annotation.removesuffix(" | None")
+    if base.startswith(("tuple[str", "frozenset[")):
+        return "list of strings"
+    if base not in TOML_TYPES:
+        raise ValueError(f"policy field type {annotation!r}: add its TOML type to TOML_TYPES")
+    return TOML_TYPES[base]
 
 
 # -- the CLI ------------------------------------------------------------------------------
@@ -256,9 +280,11 @@ def policy_page() -> Page:
     budget = {f.name: f for f in dataclasses.fields(JudgeBudget)}
     budget_doc = _docs("pipeline.judge.budget", "JudgeBudget")
     route_rows = _field_rows(
-        RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget")
+        RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget"), kind=_toml
     ) + tuple(
-        Row(key, (f"`{budget[field].type}`", _code(_default(budget[field]))), budget_doc(field))
+        Row(
+            key, (_toml(str(budget[field].type)), _code(_default(budget[field]))), budget_doc(field)
+        )
         for key, field in ROUTE_KEYS.items()
     )
     tables += [
@@ -266,7 +292,7 @@ def policy_page() -> Page:
             "[thresholds]",
             "The cut-points; `[routes.NAME.thresholds]` overrides them for one route.",
             columns,
-            _field_rows(Thresholds, "pipeline.bounds.thresholds"),
+            _field_rows(Thresholds, "pipeline.bounds.thresholds", kind=_toml),
         ),
         Table(
             "[routes.NAME]",
@@ -275,14 +301,21 @@ def policy_page() -> Page:
             columns,
             route_rows,
         ),
-        Table("[rules]", "", columns, _field_rows(RulesConfig, "pipeline.rungs.rule_checks")),
+        Table(
+            "[rules]",
+            "",
+            columns,
+            _field_rows(RulesConfig, "pipeline.rungs.rule_checks", kind=_toml),
+        ),
         Table(
             "[consistency]",
             "",
             columns,
-            _field_rows(ConsistencyConfig, "pipeline.rungs.self_consistency"),
+            _field_rows(ConsistencyConfig, "pipeline.rungs.self_consistency", kind=_toml),
         ),
-        Table("[judge]", "", columns, _field_rows(JudgeConfig, "pipeline.judge.question")),
+        Table(
+            "[judge]", "", columns, _field_rows(JudgeConfig, "pipeline.judge.question", kind=_toml)
+        ),
     ]
     return Page(
         "policy.md",
@@ -437,7 +470,10 @@ def _committed(file: str) -> str | None:
 @click.option("--check", "mode", flag_value="check", help="Exit 1 naming what is stale.")
 def main(mode: str | None) -> None:
     """Regenerate or check the reference pages under docs/reference/."""
-    pages = [make() for make in PAGES]
+    try:
+        pages = [make() for make in PAGES]
+    except ValueError as exc:  # a metric the page cannot name: one line, no traceback
+        raise click.ClickException(str(exc)) from None
     if mode == "write":
         REFERENCE.mkdir(parents=True, exist_ok=True)
         for page in pages:
