@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 TEST_STAMP := $(VENV)/.test-deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 
-.PHONY: venv demo test test-unit lint format bench kafka-start kafka-stop
+.PHONY: venv demo test test-unit lint format docs docs-build bench kafka-start kafka-stop
 
 # Each set-up step says what it does first: the first run takes minutes (torch is large).
 $(DEPS_STAMP): pyproject.toml
@@ -58,6 +58,15 @@ lint: venv $(TEST_STAMP)
 format: venv $(TEST_STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The documentation site (mkdocs.yml): served on this machine only, rebuilt on each edit.
+docs: venv $(TEST_STAMP)
+	@echo "[docs] serving the site on http://127.0.0.1:8000 (Ctrl-C stops it)"
+	$(PY) -m mkdocs serve -a 127.0.0.1:8000
+
+# The site built as `make test` checks it: a broken link, page or anchor fails the build.
+docs-build: venv $(TEST_STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 bench: venv
 	$(VENV)/bin/groundstream bench geometry

@@ -44,17 +44,29 @@ class Candidate:
     """One candidate answer. `id` is the idempotency key, `session_id` the message key."""
 
     id: str
+    """The idempotency key: one terminal outcome per id (at most 256 characters)."""
     session_id: str
+    """The session the answer belongs to: the message key (at most 256 characters)."""
     question: str
+    """The question or instruction the answer replies to."""
     response: str
+    """The candidate answer to verify."""
     turn: int = 0
+    """The session's turn number (an integer >= 0)."""
     initiator: str = "user"
+    """Who the turn comes from: user starts a turn, agent steps continue it."""
     context: str | tuple[str, ...] | None = None
+    """The evidence: a string, or a list of chunks (a string, or {text, source})."""
     context_sources: tuple[str, ...] | None = None
+    """Where each context chunk came from: retrieval, tool, history or user."""
     samples: tuple[str, ...] | None = None
+    """The candidate's own samples of the answer, for consistency."""
     deadline: float | None = None
+    """When a decision is due: epoch seconds or ISO 8601 with a zone; past it, review."""
     route: str | None = None
+    """The policy route to judge it by; unset: the one serving its task, else the default."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form object: `task` picks a route, `tenant_field` may name a tenant in it."""
 
     @property
     def context_chunks(self) -> tuple[str, ...] | None:
@@ -289,7 +301,9 @@ class GeometryPayload:
     from the score's claim reading."""
 
     score: SGIResult | DGIResult | GroundingScore
+    """The SGI or DGI record, or P(grounded) over the SGI."""
     windows: tuple[tuple[WindowRef, ...], ...] | None = None
+    """Per claim, its best windows as ids into the evidence (what the judge reads)."""
 
     def __post_init__(self) -> None:
         if self.windows is None:
@@ -381,9 +395,13 @@ class HumanPayload:
     """A person's verdict on a reviewed candidate: what rules later honour as an override."""
 
     verdict: str
+    """accept or reject."""
     by: str
+    """Who decided."""
     note: str
+    """Their note (may be empty)."""
     at: float
+    """When, in epoch seconds."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "by": self.by, "note": self.note, "at": self.at}
@@ -413,16 +431,27 @@ class Envelope:
     """What travels between stages: the candidate plus everything decided about it so far."""
 
     candidate: Candidate
+    """The candidate as it was received."""
     route: str
+    """The route it is judged by."""
     mode: str
+    """The route's mode: off, shadow, evaluate or active."""
     deadline: float | None = None
+    """The absolute deadline: the earlier of the candidate's and the route's."""
     geometry: GeometryPayload | None = None
+    """The geometry stage's score, once scored."""
     trail: tuple[dict[str, Any], ...] = ()
+    """Each stage's summary so far, in order."""
     last_hash: str = ""
+    """The hash of the last decision record: the next one links to it."""
     timings: dict[str, float] = field(default_factory=dict)
+    """Milliseconds each stage took so far."""
     traceparent: str | None = None
+    """The W3C trace context of the candidate's trace."""
     human: HumanPayload | None = None
+    """A person's verdict, once reviewed."""
     policy_version: str = ""
+    """The version of the policy that decided it."""
     entered_at: float | None = None
     """When the candidate entered the ladder (its `candidates` message's timestamp)."""
 

@@ -55,11 +55,17 @@ class Thresholds:
     """The cut-points of one policy; validated so that the three SGI zones exist."""
 
     sgi_strong_pass: float = SGI_STRONG_PASS
+    """SGI at or above this accepts (inf: SGI accepts nothing)."""
     sgi_review: float = SGI_REVIEW
+    """SGI below this goes to on_reject; between the two cuts, escalate."""
     dgi_pass: float = DGI_PASS
+    """DGI (answers without a context) at or above this accepts; below, on_reject."""
     grounding_accept: float = GROUNDING_ACCEPT
+    """P(grounded) at or above this accepts, with a grounding model (inf: nothing)."""
     grounding_review: float = GROUNDING_REVIEW
+    """P(grounded) below this goes to on_reject; between the two cuts, escalate."""
     grounding_accept_long: float | None = None
+    """grounding_accept for long-form answers (see grounding_review_long)."""
     grounding_review_long: float | None = None
     """The P(grounded) cuts for long-form answers (several sentences, or a source longer
     than one encoder window): a one-sentence answer to a passage and a summary of a long

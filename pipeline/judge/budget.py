@@ -89,11 +89,17 @@ class JudgeBudget:
     """A route's judge budgets (None: no limit) and what happens over them."""
 
     calls_per_minute: int | None = None
+    """The route's judge calls per minute (an integer >= 1), shared over the partitions."""
     tokens_per_day: int | None = None
+    """The route's judge tokens per day (an integer >= 1), shared out likewise."""
     tenant_field: str | None = None
+    """A dotted path into the candidate (metadata.…, session_id, …) naming its tenant."""
     tenant_calls_per_minute: int | None = None
+    """The same calls budget for each tenant, besides the route's (needs tenant_field)."""
     tenant_tokens_per_day: int | None = None
+    """The same tokens budget for each tenant, besides the route's (needs tenant_field)."""
     over_budget: OverBudget = OverBudget.REVIEW
+    """What an answer gets when a budget is spent: review, fallback, reject or wait."""
 
     def __post_init__(self) -> None:
         names = {v: k for k, v in ROUTE_KEYS.items()}

@@ -86,10 +86,15 @@ class JudgeConfig:
     instead of the whole context (`pipeline.judge.context`)."""
 
     accept_bar: float = 0.9
+    """P(yes)/(P(yes)+P(no)) at or above this is the judge's yes."""
     reject_bar: float = 0.1
+    """P(yes)/(P(yes)+P(no)) at or below this is the judge's no; between the bars, unsure."""
     top_logprobs: int = 5
+    """Alternatives asked for the first token (5 to 20), where yes and no are read."""
     timeout_seconds: float = 10.0
+    """Seconds a judge call may take; the smaller of this and GROUNDSTREAM_JUDGE_TIMEOUT holds."""
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    """Evidence (estimated tokens) above which the judge reads the claims' best windows."""
     readout: str = "auto"
     """auto (logprobs; votes where the endpoint gives none), logprobs, or votes
     (`pipeline.judge.votes`)."""

@@ -31,22 +31,59 @@ from pipeline.rungs.self_consistency import ConsistencyConfig
 from pipeline.scores.grounding import GroundingModel
 
 DEFAULT_POLICY_PATH = Path(__file__).parent.parent / "data" / "default_policy.toml"
-_SECTIONS = frozenset(
+SECTIONS: Mapping[str, str] = MappingProxyType(
     {
-        "policy",
-        "encoder",
-        "thresholds",
-        "switch",
-        "reference",
-        "grounding",
-        "calibration",
-        "routes",
-        "rules",
-        "consistency",
-        "judge",
-        "attach",
+        "policy": "The policy's version (recorded on every decision) and `calibrate`'s notes.",
+        "encoder": "The sentence encoder the cuts were fitted with.",
+        "thresholds": "The cut-points on SGI, DGI and P(grounded).",
+        "switch": "What the switch does with an answer below the review cut.",
+        "reference": "DGI's grounded direction, for answers without a context.",
+        "grounding": "The P(grounded) model `calibrate` fits: features, coefficients, guards.",
+        "calibration": "Where the fit came from and its figures, as `calibrate` wrote them.",
+        "routes": "One table per route: its mode, deadline, judge use and budgets, own fit.",
+        "rules": "The rules stage's checks, which every path to `state` passes.",
+        "consistency": "How consistency samples and groups answers by meaning.",
+        "judge": "The LLM judge's bars, readout, time limit and context size.",
+        "attach": "How `groundstream attach` reads your own messages (`pipeline.policy.attach`).",
     }
 )
+"""Each top-level table a policy may have, and what it holds; any other is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A policy key `parse_policy` reads itself (a section with a config class has its
+    keys in the class's fields): its TOML type, its default and what it means."""
+
+    type: str
+    default: Any
+    meaning: str
+
+
+KEYS: Mapping[str, Key] = MappingProxyType(
+    {
+        "policy.version": Key(
+            "string", "unversioned", "Names the policy on every decision record it decides."
+        ),
+        "encoder.model": Key(
+            "string",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "The encoder's directory or model id; the cuts hold only for the one fitted with.",
+        ),
+        "switch.on_reject": Key(
+            "string",
+            "fallback",
+            "Where an answer below the review cut goes: fallback, regenerate or reject.",
+        ),
+        "reference.dgi_mu": Key(
+            "list of numbers",
+            None,
+            "DGI's grounded direction μ̂; unset, an answer without a context gets no DGI.",
+        ),
+    }
+)
+"""The keys of the sections without a config class, with their defaults: `parse_policy`
+reads each default here, and the reference (docs/reference/policy.md) prints this table."""
 
 
 ROUTE_FIT_SECTIONS = ("thresholds", "grounding", "calibration", "judge_band")
@@ -184,21 +221,22 @@ def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: str = "") -> Policy:
     """Validate a decoded policy document."""
     for key in data:
-        if key not in _SECTIONS:
-            raise PolicyError(key, "…", f"a known section: {', '.join(sorted(_SECTIONS))}")
+        if key not in SECTIONS:
+            raise PolicyError(key, "…", f"a known section: {', '.join(sorted(SECTIONS))}")
     meta = _section(data, "policy")
-    version = meta.get("version", "unversioned")
+    version = meta.get("version", KEYS["policy.version"].default)
     if not isinstance(version, str) or not version:
         raise PolicyError("policy.version", version, "a non-empty string")
     thresholds = _thresholds(_section(data, "thresholds"), "thresholds", Thresholds())
     on_reject = parse_on_reject(
-        _section(data, "switch").get("on_reject", "fallback"), "switch.on_reject"
+        _section(data, "switch").get("on_reject", KEYS["switch.on_reject"].default),
+        "switch.on_reject",
     )
     encoder = _section(data, "encoder")
-    model = encoder.get("model")
+    model = encoder.get("model", KEYS["encoder.model"].default)
     if model is not None and (not isinstance(model, str) or not model):
         raise PolicyError("encoder.model", model, "a model directory path or the default id")
-    reference = _section(data, "reference").get("dgi_mu")
+    reference = _section(data, "reference").get("dgi_mu", KEYS["reference.dgi_mu"].default)
     if reference is not None:
         if (
             not isinstance(reference, list)
@@ -242,7 +280,7 @@ def parse_policy(data: Mapping[str, Any], *, source: str = "<mapping>", sha256: 
         version=version,
         thresholds=thresholds,
         on_reject=on_reject,
-        encoder_model=None if model in (None, "sentence-transformers/all-MiniLM-L6-v2") else model,
+        encoder_model=None if model == KEYS["encoder.model"].default else model,
         reference=reference,
         grounding=GroundingModel.from_mapping(_section(data, "grounding")),
         routes=MappingProxyType(routes),

@@ -50,12 +50,19 @@ class RouteConfig:
 
     name: str = "default"
     mode: Mode = Mode.EVALUATE
+    """How much of the decision is served: off, shadow, evaluate or active."""
     active_approval: str = ""
+    """The approval string a route needs before mode = "active" may start."""
     deadline_seconds: float | None = None
+    """Seconds from entering the ladder to a decision; past it, review. Unset: none."""
     on_reject: SwitchAction = SwitchAction.FALLBACK
+    """Where this route's answers below the review cut go: fallback, regenerate, reject."""
     latch_escalation: bool = False
+    """Keep a session's turn hold across user turns too (not in shadow mode)."""
     breaker_threshold: int = 5
+    """Failed calls in a row that open the route's breaker to an endpoint."""
     breaker_cooldown_seconds: float = 30.0
+    """Seconds an open breaker fails fast before one trial call."""
     below_review_with_judge: str = BELOW_REVIEW_ON_REJECT
     """With a judge configured, answers below the review cut go here
     (`pipeline.policy.deferral`)."""

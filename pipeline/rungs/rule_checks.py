@@ -161,11 +161,15 @@ class RulesConfig:
     min_content_coverage: float = 0.5
     """Share of the response's content words the context must contain (``source_support``)."""
     flag_unsupported_numbers: bool = True
+    """Flag numbers of the response that no source contains (`source_support`)."""
     flag_unsupported_names: bool = True
+    """Flag names of the response that no source contains (`source_support`)."""
     deny_patterns: tuple[str, ...] = ()
     """Regexes, matched case-insensitively against the response."""
     pii: frozenset[str] = PII_KINDS
+    """PII kinds flagged in the response: email, phone, payment_card (Luhn-checked)."""
     max_response_chars: int = 20000
+    """A response longer than this many characters is flagged."""
     required_fields: tuple[str, ...] = ()
     """Metadata keys that must be present and non-empty."""
     reject_rules: frozenset[str] = frozenset()

@@ -91,30 +91,31 @@ _INT_FIELDS = frozenset({"min_samples", "n_samples", "max_tokens", "token_budget
 
 @dataclass(frozen=True, slots=True)
 class ConsistencyConfig:
-    """Thresholds and sampling budget of the consistency stage.
-
-    same_meaning:     similarity at or above which two samples mean the same thing; also
-                      the bar for a sample to count as matching the response.
-    dominance_margin: a top interpretation commits only if its score exceeds the
-                      runner-up's by at least this.
-    min_samples:      fewer usable (non-empty) samples than this is unresolved.
-    agree_threshold:  the response agrees with the committed interpretation when its mean
-                      similarity to that interpretation's members is at least this.
-    consistent, partly: cut points of `level` on the consistency score.
-    n_samples, temperature, max_tokens: how samples are drawn (max_tokens per sample).
-    token_budget:     total tokens one candidate's sampling may spend.
-    """
+    """Thresholds and sampling budget of the consistency stage, each field's meaning in
+    its docstring (docs/reference/policy.md prints them)."""
 
     same_meaning: float = 0.80
+    """Similarity at or above which two samples mean the same thing (and a sample matches
+    the response)."""
     dominance_margin: float = 0.25
+    """A top interpretation commits only if its score beats the runner-up's by this."""
     min_samples: int = 2
+    """Fewer usable (non-empty) samples than this is unresolved."""
     agree_threshold: float = 0.75
+    """The response agrees with the committed interpretation when its mean similarity to
+    that interpretation's members is at least this."""
     consistent: float = 0.80
+    """The consistency score at or above which the level is consistent."""
     partly: float = 0.55
+    """The consistency score at or above which (below `consistent`) the level is partly."""
     n_samples: int = 5
+    """Samples drawn from the sampler per candidate."""
     temperature: float = 0.7
+    """The sampler's temperature."""
     max_tokens: int = 256
+    """Tokens per sample drawn."""
     token_budget: int = 4000
+    """Total tokens one candidate's sampling may spend."""
 
     def __post_init__(self) -> None:
         for name in _FLOAT_FIELDS:

@@ -237,12 +237,48 @@ def fairness(bootstrap: str, n: int, rate: float, rounds: int, json_path: Path |
 @bench.command("judge-throughput")
 @bootstrap_option
 @click.option("--n", type=int, default=1000, show_default=True, help="Answers in the burst.")
-@click.option("--in-flight", type=click.IntRange(1, 128), default=64, show_default=True)
-@click.option("--endpoint-limit", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--p50", type=click.FloatRange(min=0.001), default=1.0, show_default=True)
-@click.option("--p99", type=click.FloatRange(min=0.001), default=4.0, show_default=True)
-@click.option("--rate", type=click.FloatRange(min=0.1), default=25.0, show_default=True)
-@click.option("--seconds", type=click.FloatRange(min=1), default=20.0, show_default=True)
+@click.option(
+    "--in-flight",
+    type=click.IntRange(1, 128),
+    default=64,
+    show_default=True,
+    help="The worker's GROUNDSTREAM_JUDGE_MAX_IN_FLIGHT.",
+)
+@click.option(
+    "--endpoint-limit",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Calls the scripted judge answers at once; more wait in its queue.",
+)
+@click.option(
+    "--p50",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Median seconds of a judge call.",
+)
+@click.option(
+    "--p99",
+    type=click.FloatRange(min=0.001),
+    default=4.0,
+    show_default=True,
+    help="99th percentile seconds of a judge call (at least --p50).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0.1),
+    default=25.0,
+    show_default=True,
+    help="Answers per second in the latency runs.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="How long each latency run paces answers.",
+)
 @click.option("--seed", type=int, default=35, show_default=True, help="The latencies' draw.")
 @json_option
 def judge_throughput(
@@ -387,7 +423,12 @@ def judge(
 
 @bench.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The PNG to write.",
+)
 def plot(results: tuple[Path, ...], out: Path) -> None:
     """Draw the latest result of each bench (JSON lines from --json) against its goal."""
     from workers.bench.plot import plot_results

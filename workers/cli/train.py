@@ -22,8 +22,13 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
     type=_FILE,
     help="Reviewers' verdicts (`groundstream review export`) as extra examples. Repeatable.",
 )
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The directory head.npz and head.json are written to.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="The fit's random seed.")
 @click.pass_context
 def train(
     ctx: click.Context,
@@ -73,7 +78,13 @@ def train(
     type=_FILE,
     help="Reviewers' verdicts (`groundstream review export`) to fine-tune on. Repeatable.",
 )
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The reader's directory: reader.onnx, reader.json and the checkpoint.",
+)
 @click.option("--minutes", type=float, default=80.0, show_default=True, help="Training budget.")
 @click.option(
     "--pretrain-share",
@@ -83,11 +94,25 @@ def train(
     help="Share of the budget for the shared sets; 0 fine-tunes only, 1 pretrains only.",
 )
 @click.option("--set", "sets", multiple=True, help="Pretrain on this shared set only. Repeatable.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--lr", type=float, default=5e-5, show_default=True)
-@click.option("--max-tokens", type=int, default=192, show_default=True)
-@click.option("--checkpoint-minutes", type=float, default=5.0, show_default=True)
-@click.option("--eval-per-set", type=int, default=600, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="The run's random seed.")
+@click.option("--lr", type=float, default=5e-5, show_default=True, help="The learning rate.")
+@click.option(
+    "--max-tokens", type=int, default=192, show_default=True, help="Tokens a pair is cut to."
+)
+@click.option(
+    "--checkpoint-minutes",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Minutes between checkpoints (--resume continues from the last).",
+)
+@click.option(
+    "--eval-per-set",
+    type=int,
+    default=600,
+    show_default=True,
+    help="Held-out pairs scored per shared set (a seeded sample).",
+)
 @click.option("--resume", is_flag=True, help="Continue from OUT/checkpoint.pt.")
 @click.option(
     "--measure-only", is_flag=True, help="Measure the reader already in OUT again; no training."

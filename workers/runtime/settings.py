@@ -211,20 +211,25 @@ SECRET_FIELDS = frozenset(
 )
 """Settings whose values never appear in an error message, a log line or a record."""
 
-OTHER_VARIABLES = frozenset(
+OTHER_VARIABLES: Mapping[str, str] = MappingProxyType(
     {
-        "GROUNDSTREAM_ONNX_DIR",  # pipeline/encoding/onnx_encoder.py: the exported encoder's cache
-        "GROUNDSTREAM_AUDIT_KEY",  # pipeline/trail/audit.py: the audit chain's HMAC key
-        "GROUNDSTREAM_PYTHON",  # deploy/kafka/local.sh and the test harness
-        "GROUNDSTREAM_KAFKA_DIR",  # deploy/kafka/local.sh: the local broker
-        "GROUNDSTREAM_KAFKA_VERSION",
-        "GROUNDSTREAM_KAFKA_HEAP",
-        "GROUNDSTREAM_KAFKA_TIMEOUT",
-        "GROUNDSTREAM_KAFKA_CACHE",
-        "GROUNDSTREAM_KAFKA_SECURE",  # deploy/kafka/local.sh: SASL_SSL and the authorizer
-        "GROUNDSTREAM_KAFKA_NODES",  # deploy/kafka/local.sh: how many nodes
-        "GROUNDSTREAM_KAFKA_NODE",  # deploy/kafka/local.sh logs: which node's
-        "GROUNDSTREAM_KAFKA_USERS",  # deploy/kafka/local.sh: the SCRAM users it makes
+        "GROUNDSTREAM_ONNX_DIR": "the ONNX encoder's cache (pipeline/encoding/onnx_encoder.py);"
+        " unset: $XDG_CACHE_HOME/groundstream/onnx (~/.cache by default)",
+        "GROUNDSTREAM_AUDIT_KEY": "the audit chains' HMAC key (pipeline/trail/audit.py), read"
+        " by the recorder and `groundstream audit`: set, each entry's hash is an HMAC, so an"
+        " edit cannot be hidden by recomputing the hashes after it; unset, plain SHA-256",
+        "GROUNDSTREAM_PYTHON": "deploy/kafka/local.sh: the python with aiokafka for its"
+        " readiness round trip (the test harness sets it)",
+        "GROUNDSTREAM_KAFKA_DIR": "deploy/kafka/local.sh: the run dir (config, data, logs)",
+        "GROUNDSTREAM_KAFKA_VERSION": "deploy/kafka/local.sh: a Kafka 4.x version over pom.xml's",
+        "GROUNDSTREAM_KAFKA_HEAP": "deploy/kafka/local.sh: the JVM heap of each node",
+        "GROUNDSTREAM_KAFKA_TIMEOUT": "deploy/kafka/local.sh: seconds to wait for readiness",
+        "GROUNDSTREAM_KAFKA_CACHE": "deploy/kafka/local.sh: the classpath cache dir",
+        "GROUNDSTREAM_KAFKA_SECURE": "deploy/kafka/local.sh: 1 for a SASL_SSL listener and the"
+        " authorizer",
+        "GROUNDSTREAM_KAFKA_NODES": "deploy/kafka/local.sh: how many KRaft nodes (1 to 9)",
+        "GROUNDSTREAM_KAFKA_NODE": "deploy/kafka/local.sh logs: which node's server.log",
+        "GROUNDSTREAM_KAFKA_USERS": "deploy/kafka/local.sh: the SCRAM users it makes",
     }
 )
 """`GROUNDSTREAM_*` variables read elsewhere than `Settings`: not warned about."""
@@ -249,37 +254,66 @@ class Settings:
     """Validated settings of one worker process (or CLI call)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    """The Kafka bootstrap servers every client connects to."""
     topic_prefix: str = ""
+    """Put before every topic and group name: tenants and tests share one cluster."""
     policy: str = ""
+    """The policy TOML (`--policy` on the commands); unset: the shipped default."""
     default_route: str = "default"
+    """The route of a candidate that names none and whose task no route serves."""
     partitions: int = 3
+    """Partitions of each topic `groundstream topics create` makes."""
     replication: int = 1
+    """Replication factor of each topic `groundstream topics create` makes."""
     batch_size: int = DEFAULT_BATCH_SIZE
     """Every stage's batch when set; unset, the stage's own (`batch_size_for`)."""
     batch_within: float = 0.05
+    """Seconds a stage waits for its batch to fill before it processes what came."""
     max_candidate_bytes: int = 1024 * 1024
+    """A candidate message larger than this is dead-lettered unread."""
     max_response_words: int = admission.RESPONSE_WORDS
+    """Work cap: an answer over this many words goes to review unencoded (gate work_cap)."""
     max_source_words: int = admission.SOURCE_WORDS
+    """Work cap: a question and context over this many words go to review unencoded."""
     max_claims: int = admission.CLAIMS
+    """Work cap: an answer with more claims than this goes to review unencoded."""
     max_samples: int = admission.SAMPLES
+    """Work cap: a candidate bringing more samples than this goes to review, unsampled."""
     max_sample_words: int = admission.SAMPLE_WORDS
+    """Work cap: a candidate with a sample over this many words goes to review, unsampled."""
     web_host: str = "127.0.0.1"
+    """The dashboard's bind address."""
     web_port: int = 6066
+    """The dashboard's port."""
     web_token: str = field(default="", repr=False)
+    """The dashboard's token: its state-changing endpoints are refused without it."""
     web_allowed_hosts: str = ""
+    """Comma-separated host names the dashboard answers besides loopback and its bind address."""
     data_dir: str = ".groundstream"
+    """Local data: each stage's readiness file."""
     sampler_url: str = ""
+    """Consistency's OpenAI-compatible sampler; unset: only the candidate's own samples."""
     sampler_model: str = ""
+    """The sampler's model; unset: the one model the endpoint's /models lists."""
     sampler_timeout: float = 20.0
+    """Seconds one sampler call may take."""
     judge_url: str = ""
+    """The judge's OpenAI-compatible base URL; unset: no judge (answers go to review)."""
     judge_model: str = ""
+    """The judge's model; unset: the one model the endpoint's /models lists."""
     judge_timeout: float = 10.0
+    """Seconds one judge call may take: the smaller of this and the policy's [judge]
+    timeout_seconds is the limit (`workers/stages/judge.py`)."""
     judge_max_in_flight: int = 64
     """Judge calls one worker keeps open; each candidate concluded as its call returns."""
     sampler_max_in_flight: int = 64
+    """Sampler calls one consistency worker keeps open to its endpoint."""
     judge_api_key: str = field(default="", repr=False)
+    """The judge endpoint's bearer token."""
     sampler_api_key: str = field(default="", repr=False)
+    """The sampler endpoint's bearer token."""
     stage_key: str = field(default="", repr=False)
+    """Shared HMAC secret: stages sign each envelope, and dead-letter one that fails it."""
     nli_model: str = ""
     """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is the claim reader
     (GROUNDSTREAM_READER's when it is a pair reader, else the one shipped)."""
@@ -287,22 +321,33 @@ class Settings:
     """GROUNDSTREAM_READER: the claim reader's directory (`groundstream reader export`, or
     `train claims`); "" for the shipped one, if any. Checked against its reader.json."""
     log_level: str = "warning"
+    """debug, info, warning or error; answer text is never logged."""
     otlp_endpoint: str = ""
+    """OTLP/HTTP endpoint for traces (one per candidate) and OTel metrics; unset: none."""
     metrics_host: str = "127.0.0.1"
+    """The bind address of each worker's Prometheus /metrics."""
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
+    """Each worker's /metrics: this port plus its stage's ladder index; unset: off."""
     control_poll: float = 0.5
+    """Seconds between a worker's reads of the control topic (the kill switch)."""
     encoder_backend: str = "torch"
+    """The sentence encoder's runtime: torch, ONNX Runtime, or ONNX int8."""
     encoder_cache_rows: int = 20_000
     """Embeddings a worker's encoder keeps, least recently used out first: ~1.85 KiB each
     (all-MiniLM-L6-v2), so the default holds ~37 MiB and the worker's peak follows this
-    setting, not how many distinct texts it has seen (issue 33)."""
+    setting, not how many distinct texts it has seen."""
     instance_id: str = ""  # empty: the host name (one process per stage and host)
+    """This process's transactional and static member id in its stage; unset: the host name."""
     on_processing_error: ErrorAction = ErrorAction.DEADLETTER
     """A candidate's permanent error: dead-letter it, or stop the worker (`isolation`)."""
     kafka_security_protocol: str = "PLAINTEXT"
+    """How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
     kafka_sasl_mechanism: str = ""
+    """With SASL_*: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."""
     kafka_sasl_username: str = ""
+    """PLAIN's and SCRAM's user name."""
     kafka_sasl_password: str = field(default="", repr=False)
+    """PLAIN's and SCRAM's password (or GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE)."""
     kafka_sasl_password_file: str = ""
     """A mounted secret holding the SASL password, read at start-up (instead of
     GROUNDSTREAM_KAFKA_SASL_PASSWORD, never with it)."""
@@ -312,10 +357,15 @@ class Settings:
     """OAUTHBEARER on Amazon MSK's IAM: tokens signed for this region with the AWS
     credentials the default chain finds (the `msk` extra)."""
     kafka_ssl_ca_file: str = ""
+    """With SSL or SASL_SSL: the PEM of the CA that signed the brokers' certificates."""
     kafka_ssl_cert_file: str = ""
+    """Mutual TLS: the client certificate (with GROUNDSTREAM_KAFKA_SSL_KEY_FILE)."""
     kafka_ssl_key_file: str = ""
+    """Mutual TLS: the client certificate's key."""
     kafka_ssl_key_password: str = field(default="", repr=False)
+    """The password of an encrypted GROUNDSTREAM_KAFKA_SSL_KEY_FILE."""
     kafka_ssl_check_hostname: bool = True
+    """Whether the broker's certificate must name the host; the chain is verified either way."""
 
     def batch_size_for(self, stage: str) -> int:
         """The stage's batch: the one given, else the stage's default."""
@@ -566,7 +616,7 @@ def check_kafka(s: Settings) -> None:
 
 def known_variables() -> frozenset[str]:
     """Every `GROUNDSTREAM_*` variable groundstream reads."""
-    return frozenset(PREFIX + f.name.upper() for f in fields(Settings)) | OTHER_VARIABLES
+    return frozenset(PREFIX + f.name.upper() for f in fields(Settings)) | set(OTHER_VARIABLES)
 
 
 def unknown_variables(env: Mapping[str, str]) -> list[str]:
