@@ -302,6 +302,17 @@ def policy_page() -> Page:
             route_rows,
         ),
         Table(
+            "[routes.NAME.judge_band]",
+            "The band of P(grounded) a judge is asked about, fitted by `calibrate --judge-share`."
+            " Used only where a judge is configured: without one the route decides by its own"
+            " cuts and settings. With one, nothing above or below the band is asked.",
+            columns,
+            tuple(
+                Row(key, ("number", "none" if key == "judge_veto_cut" else "the route's cut"), text)
+                for key, text in document.JUDGE_BAND_KEYS.items()
+            ),
+        ),
+        Table(
             "[rules]",
             "",
             columns,

@@ -93,14 +93,21 @@ extractive-QA route and a summarising route are different populations. A route w
 them uses the policy's top-level fit. `[routes.NAME.judge_band]` is the band a judge is
 asked about (`calibrate --judge-share`), used only where a judge is configured."""
 
-JUDGE_BAND_CUTS = (
-    "grounding_accept",
-    "grounding_review",
-    "grounding_accept_long",
-    "grounding_review_long",
+JUDGE_BAND_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "grounding_accept": "At or above this P(grounded) a short answer goes to state unjudged.",
+        "grounding_review": "Below this P(grounded) a short answer takes the route's on_reject "
+        "unjudged; between the two cuts the judge is asked.",
+        "grounding_accept_long": "`grounding_accept` for long-form answers.",
+        "grounding_review_long": "`grounding_review` for long-form answers.",
+        "judge_veto_cut": "A judge's yes below this P(grounded) goes to a person (unset: none).",
+    }
 )
-"""The P(grounded) cuts a `[routes.NAME.judge_band]` sets: at or above accept to state
-unjudged, below review to the route's on_reject unjudged, between to the judge."""
+"""The keys of a `[routes.NAME.judge_band]`, the band a judge is asked about (`calibrate
+--judge-share`), used only where a judge is configured; a cut it leaves out is the route's."""
+
+JUDGE_BAND_CUTS = tuple(k for k in JUDGE_BAND_KEYS if k != "judge_veto_cut")
+"""The band's P(grounded) cuts, as a `thresholds` table names them."""
 
 
 UNKNOWN_ROUTE = "unknown_route"
@@ -311,12 +318,8 @@ def _band_cuts(band: Mapping[str, Any], route: str, base: Thresholds) -> Thresho
     """A `[routes.ROUTE.judge_band]`'s cuts over the route's own (`base`)."""
     prefix = f"routes.{route}.judge_band"
     for key in band:
-        if key not in (*JUDGE_BAND_CUTS, "judge_veto_cut"):
-            raise PolicyError(
-                f"{prefix}.{key}",
-                band[key],
-                f"a known key: {', '.join(JUDGE_BAND_CUTS)}, judge_veto_cut",
-            )
+        if key not in JUDGE_BAND_KEYS:
+            raise PolicyError(f"{prefix}.{key}", band[key], f"one of {', '.join(JUDGE_BAND_KEYS)}")
     return _thresholds({k: band[k] for k in JUDGE_BAND_CUTS if k in band}, prefix, base)
 
 
