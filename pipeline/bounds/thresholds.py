@@ -40,7 +40,7 @@ SCORE_EPSILON = 1e-4
 """How close to a cut a score may lie before its side of the cut is not a fact about the
 answer but about float noise. Scores are computed in float64 from float32 embeddings: the
 same text's embedding differs by ~1e-7 between torch builds and thread counts and by up to
-2e-5 in SGI between the torch and ONNX backends (measured, docs/determinism.md). So
+2e-5 in SGI between the torch and ONNX backends (measured, docs/explanation/determinism.md). So
 `calibrate` never places a cut within this distance of a score it was fitted on (a cut lies
 in a gap at least twice as wide, at its midpoint), and a decision whose score lies this
 close to a cut says so in its record (`near_cut`), which `replay` reports as such rather

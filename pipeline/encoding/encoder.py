@@ -46,7 +46,7 @@ def default_model_path() -> Path:
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 """torch: sentence-transformers (the reference); onnx: `pipeline.encoding.onnx_encoder`, no torch;
-onnx-int8: the same graph quantised to int8 (faster, less exact: docs/performance.md)."""
+onnx-int8: the same graph quantised to int8 (faster, less exact: docs/benchmarks.md)."""
 
 INT8_SUFFIX = "@int8"
 """Appended to an int8 encoder's `model_id`, so a decision record names which one decided."""

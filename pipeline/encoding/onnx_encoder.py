@@ -11,7 +11,7 @@ embeddings equal the torch path's to within 1e-4 cosine (tests/unit/test_onnx_en
 `precision="int8"` loads the same graph quantised by `pipeline.encoding.quantize` (dynamic, per
 channel, the feed-forward output layers kept fp32), cached beside the fp32 file under a
 name of its own. It is 1.3-1.4x as fast on a quiet machine and *not* as exact: measured
-by `groundstream encoder compare`, it misses the quality bar (docs/performance.md,
+by `groundstream encoder compare`, it misses the quality bar (docs/benchmarks.md,
 "Quantised encoder"), so it is opt-in (GROUNDSTREAM_ENCODER_BACKEND=onnx-int8).
 """
 

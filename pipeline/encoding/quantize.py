@@ -6,7 +6,7 @@ two never drift apart. Needs ``onnxruntime`` (its ``quantization`` package) and 
 nothing at run time does.
 
 Two recipes, both measured on the encoder by ``groundstream encoder compare``
-(docs/performance.md, "Quantised encoder"):
+(docs/benchmarks.md, "Quantised encoder"):
 
 * **dynamic** (`quantize_dynamic_int8`): weights int8 per output channel, activations
   quantised per batch at run time. No calibration data.

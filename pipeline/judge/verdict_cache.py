@@ -20,7 +20,7 @@ malformed reply or an unsure readout is asked again next time (`cacheable`).
 Entries live `ttl` seconds (the route's `judge_cache_ttl_seconds`; 0 turns the cache off)
 and at most `MAX_ENTRIES` per partition (`evictions`: expired first, then the oldest).
 Where they live, and what that guarantees across workers, is the table's business
-(`workers.stages.judge_ledger`, docs/delivery.md). Pure: time comes in as `now`.
+(`workers.stages.judge_ledger`, docs/explanation/delivery.md). Pure: time comes in as `now`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ context, a sentence copied from it, the same fact in an assistant's framing (the
 restated, a lead-in), and a wrong answer that stays on topic and reuses the source's
 words. The gate must give the copy and the framed answer the same action, and never
 accept a wrong one. A paraphrase that reorders the source's clauses ("founded by Jane Doe
-in 1987" for "founded in 1987 by Jane Doe") is not yet read alike (docs/limitations.md);
+in 1987" for "founded in 1987 by Jane Doe") is not yet read alike (docs/explanation/limitations.md);
 the wrong twins of those fixtures are still checked. Fixtures are the
 project's own sentences.
 """
@@ -94,7 +94,7 @@ def test_wrong_answer_never_accepts(context, question, verbatim, paraphrase, wro
 
 @pytest.mark.parametrize(("context", "question", "verbatim", "reordered", "wrong"), REORDERED)
 def test_a_reordered_paraphrase_is_not_read_as_wrong(context, question, verbatim, reordered, wrong):
-    """Not yet given the verbatim action (docs/limitations.md), but kept well clear of
+    """Not yet given the verbatim action (docs/explanation/limitations.md), but kept well clear of
     the wrong answers' scores (all under 0.01 today, the paraphrases about 0.47). A refit
     that learns word order as evidence against an answer fails here: order-free phrase
     support, refitted with negative weights, drove "It was founded by Jane Doe in 1987." to

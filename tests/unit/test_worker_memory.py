@@ -1,5 +1,5 @@
-"""Issue 33 (memory that stays bounded): what the geometry worker keeps resident, and the
-setting its embedding cache follows. The figures are in docs/performance.md ("Issue 33")."""
+"""Memory that stays bounded: what the geometry worker keeps resident, and the
+setting its embedding cache follows. The figures are in docs/lab/performance-log.md."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ threads_option = click.option(
 
 @click.group()
 def bench() -> None:
-    """Benchmarks against the goals of docs/performance.md (broker and workers started here)."""
+    """Benchmarks, the figures of docs/benchmarks.md (broker and workers started here)."""
 
 
 @bench.command()

@@ -1,6 +1,6 @@
 """A bench's result: its figure against its goal, the rates behind it, and peak memory.
 
-The last line printed is the whole result in one line (what docs/performance.md quotes);
+The last line printed is the whole result in one line (what docs/benchmarks.md quotes);
 `--json` appends the same as one JSON object per run, which `bench plot` draws.
 """
 

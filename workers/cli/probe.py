@@ -6,7 +6,7 @@ how the readout fares on a dozen built-in (question, context, answer) pairs, hal
 supported and half not. Its last line is exactly `usable (logprobs)`, `usable (votes)` or
 `not usable: <why>`, and the exit status matches (0 usable, 1 not). The sampler probe
 asks for two samples in one request the same way. Run one before pointing a ladder at a
-new endpoint (docs/judges.md).
+new endpoint (docs/how-to/choose-judge.md).
 """
 
 from __future__ import annotations

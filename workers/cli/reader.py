@@ -1,5 +1,6 @@
 """`reader`: bring a published reader — a Hugging Face checkpoint exported once to the
-ONNX reader directory that GROUNDSTREAM_READER and `--reader` serve (docs/readers.md)."""
+ONNX reader directory that GROUNDSTREAM_READER and `--reader` serve
+(docs/how-to/bring-a-reader.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Why it exists
     An int8 graph is faster, and what it changes is not visible in a cosine: SGI is a
     ratio of two distances, so an embedding error that is small against 1 can be large
-    against their difference. This measures what the quality bar of docs/performance.md
+    against their difference. This measures what the quality bar of docs/benchmarks.md
     ("Quantised encoder") asks about, on the same candidates for both encoders:
 
     * the whole response's SGI of each candidate (`evaluation.whole_response_sgi`):

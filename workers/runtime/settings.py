@@ -246,7 +246,7 @@ DEFAULT_BATCH_SIZE = _DefaultBatch(64)
 STAGE_BATCH_SIZES: Mapping[str, int] = MappingProxyType({"switch": 1000})
 """A stage's batch when GROUNDSTREAM_BATCH_SIZE is not set, where it is not the default:
 a cheap stage's rate is set by its transactions' round trips, one per batch, so it takes
-more per batch; geometry's batch is bounded by the encoder (docs/performance.md)."""
+more per batch; geometry's batch is bounded by the encoder (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,7 +499,8 @@ class Settings:
                 )
         return (
             f"note: the policy gives the reader {self.reader} no weight, so the ladder does "
-            "not run it; fit its weight with `groundstream calibrate --reader` (docs/readers.md)"
+            "not run it; fit its weight with `groundstream calibrate --reader` "
+            "(docs/how-to/bring-a-reader.md)"
         )
 
     def data_path(self, *parts: str) -> Path:
