@@ -251,6 +251,13 @@ def strip_thinking_switch(body: Mapping[str, object]) -> dict[str, object]:
 COMPLETION_TOKENS = "max_completion_tokens"
 """OpenAI's newer name for `max_tokens`; its reasoning models refuse the old one."""
 
+REASONING_ROOM = 1024
+"""The least cap a call sent as `max_completion_tokens` gets. Why: the models that insist
+on the new name are reasoning models, which spend the cap on reasoning before they answer;
+a vote's 4 tokens would end every reply inside the reasoning, with no word to read. With
+the thinking switch at its lowest (`reasoning_effort`), a one-word verdict needs far less
+than this; the reply's usage, not this cap, is what the token budgets count."""
+
 
 def refuses_max_tokens(status: int | None, error: str, body: Mapping[str, object]) -> bool:
     """Whether an HTTP answer refuses `body`'s `max_tokens` and names its successor (a
@@ -265,10 +272,12 @@ def refuses_max_tokens(status: int | None, error: str, body: Mapping[str, object
 
 
 def with_completion_tokens(body: Mapping[str, object]) -> dict[str, object]:
-    """A copy of `body` whose token cap is sent as `max_completion_tokens`."""
+    """A copy of `body` whose token cap is sent as `max_completion_tokens`, at least
+    `REASONING_ROOM`."""
     out = {k: v for k, v in body.items() if k != "max_tokens"}
-    if "max_tokens" in body:
-        out[COMPLETION_TOKENS] = body["max_tokens"]
+    cap = body.get("max_tokens")
+    if isinstance(cap, int) and not isinstance(cap, bool):
+        out[COMPLETION_TOKENS] = max(cap, REASONING_ROOM)
     return out
 
 
