@@ -80,6 +80,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
         encoder_cache_rows=settings.encoder_cache_rows,
+        stage_key=settings.stage_key.encode() or None,
     )
     if spec.preload_encoder(settings):
         from workers.clients.encoder import stage_encoder
