@@ -22,9 +22,11 @@ restated:
   switch on `control`;
 * `client` (`workers.clients.agent`) writes `candidates` and reads, without a group, the
   `outcomes` ledger it awaits outcomes on and `state` (`accepted`);
-* `topics` (`groundstream topics create`: the Kubernetes Job and every worker pod's init
-  container) lists the topics (Describe) and creates those missing (Create on each topic
-  by name, not on the cluster): no group, no producer, nothing read or written.
+* `topics` (`groundstream topics create`, as the Kubernetes Job runs it) lists the topics
+  (Describe) and creates those missing (Create on each topic by name, not on the
+  cluster): no group, no producer, nothing read or written. A worker pod's init
+  container runs the same command as its stage, whose Describe suffices once the topics
+  exist (before, it is refused and retried).
 
 Every producer here is idempotent or transactional: IdempotentWrite on the cluster is
 granted with it. Kafka 3.0+ no longer requires it of an idempotent producer whose

@@ -54,7 +54,8 @@ before the broker aborts its transaction (`transaction_timeout_ms`); under the s
 (deploy/k8s's StatefulSets: the pod's name) the successor's start fences it.
 tests/faults/test_paused_worker.py shows both.
 Calls to model endpoints are redone when a batch is redone. The terminal writer's ledger
-is what keeps the terminal outcome exactly-once even then.
+keeps the terminal outcome exactly-once against such a zombie of any other stage, not
+against a zombie terminal writer (its stale batch carries the outcomes themselves).
 """
 
 from __future__ import annotations
