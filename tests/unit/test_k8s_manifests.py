@@ -3,18 +3,19 @@
 Checked here, with PyYAML only: every file parses; every document is a kind this
 directory is meant to hold, under its apiVersion, with a name; kustomization.yaml lists
 every manifest; every stage of the ladder and the audit recorder runs as a StatefulSet
-(never a Deployment) whose `serviceName` is a headless Service of the same file that
-selects its pods; every stage's GROUNDSTREAM_INSTANCE_ID is its pod's name (downward API),
+(never a Deployment) whose `serviceName` is a headless Service that selects its pods and
+no others; every stage's GROUNDSTREAM_INSTANCE_ID is its pod's name (downward API),
 the identity `StageLoop.member_id` makes its transactional id and static group member id
 of; every variable taken from a Secret names a key secret.yaml holds, and each container
 takes only the secrets it uses; every GROUNDSTREAM_* variable a manifest names is a
 setting of workers/runtime/settings.py (or the audit key, read beside it).
 
 Not checked: the full OpenAPI schema of each kind (unknown or misspelt fields deeper than
-the ones named here, value types, quantities' syntax beyond memory). A schema validator
-would need the cluster's schemas, which kubeconform fetches at run time and the
-`kubernetes` client does not enforce on unknown fields; neither works offline here, so
-`kubectl apply --dry-run=server -k deploy/k8s` against a real cluster remains the check.
+the ones named here, value types, quantities' syntax beyond memory). kubeconform would
+fetch the schemas at run time, which the machines here cannot; the `kubernetes` client's
+models check required fields only as each object is built by hand, and no unknown ones, a
+large dependency for less than the checks below. `kubectl apply --dry-run=server -k
+deploy/k8s` against a cluster remains the full check.
 """
 
 from __future__ import annotations
