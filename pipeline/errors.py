@@ -22,6 +22,7 @@ GroundstreamError
  ├── RetriesExhausted (RuntimeError) ↻   workers.runtime.loop: no progress past patience; exit
  │    └── BrokerUnavailable ↻            the broker the cause: gone; exit uncommitted
  ├── StaleBatch (RuntimeError) ↻         workers.runtime.loop: a rebalance took the batch
+ ├── Fenced (RuntimeError)               workers.runtime.loop: a newer worker took the id; exit
  ├── ControlUnknown (RuntimeError) ↻     workers.runtime.loop: kill switch unknown; redo the batch
  ├── ProcessingStopped (RuntimeError)    workers.runtime.isolation: a permanent error under `stop`
  ├── ReplyTooLarge                       workers.clients.llm: an endpoint's reply over the size cap

@@ -5,11 +5,10 @@ the settings' partitions and replication: no worker creates a topic of its own."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
+from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
 from topics import clients
@@ -17,6 +16,7 @@ from topics.clients import KafkaConnection
 from topics.names import TOPIC_SPECS, TopicSpec
 
 TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
+TOPIC_ALREADY_EXISTS = TopicAlreadyExistsError.errno
 
 VISIBLE_TIMEOUT_S = 30.0
 """How long `create_topics` waits for the broker's metadata to list what it created."""
@@ -81,9 +81,20 @@ async def create_topics(
         report = {t.name: "exists" for t in wanted if t.name in existing}
         missing = [t for t in wanted if t.name not in existing]
         if missing:
-            # A concurrent creator may win the race; the topic is there either way.
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(missing)
+            # aiokafka returns the broker's per-topic errors rather than raising them: a
+            # refused creation must not be reported (and waited for) as created. A
+            # concurrent creator may win the race; the topic is there either way.
+            response = await admin.create_topics(missing)
+            failed = {
+                name: code
+                for name, code, *_ in response.topic_errors
+                if code not in (0, TOPIC_ALREADY_EXISTS)
+            }
+            refused = {name for name, code in failed.items() if code == TOPIC_AUTHORIZATION_FAILED}
+            if refused:
+                raise TopicAuthorizationFailedError(refused)
+            for name, code in failed.items():
+                raise for_code(code)(f"creating {name}")
             report.update({t.name: "created" for t in missing})
             # The broker acknowledges a creation before its metadata lists the topic; a
             # worker started right after (`topics create && worker all`) would then find

@@ -37,7 +37,7 @@
 #       Users (SCRAM credentials created at format time, same passwords for PLAIN):
 #       admin (super user), broker (super user, the brokers' own), and
 #       GROUNDSTREAM_KAFKA_USERS (default: geometry switch consistency judge rules
-#       terminal recorder review dashboard attach client).  They get no ACLs: grant them.
+#       terminal recorder review dashboard attach client topics).  They get no ACLs: grant them.
 #
 # Every start writes RUN_DIR/client.env (KEY=VALUE lines, `set -a; . client.env`):
 #   GROUNDSTREAM_BOOTSTRAP_SERVERS, GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL, and in
@@ -88,7 +88,7 @@ CLIENT_ENV="$RUN_DIR/client.env"
 CLIENT_PROPS="$RUN_DIR/client.properties"
 TLS_DIR="$RUN_DIR/tls"
 USERS_DIR="$RUN_DIR/users"
-DEFAULT_USERS="geometry switch consistency judge rules terminal recorder review dashboard attach client"
+DEFAULT_USERS="geometry switch consistency judge rules terminal recorder review dashboard attach client topics"
 
 # The mode: what the run dir recorded at its first start wins for stop/status/
 # pids/kill (so they need no environment); start compares it with the request.

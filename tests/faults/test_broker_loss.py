@@ -17,15 +17,13 @@ second, in both variants.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.faults.chaos import POLICY, audit, candidates, produce_paced
+from tests.faults.chaos import POLICY, OutcomeWatch, audit, candidates, produce_paced
 from tests.integration.harness import Workers, cli, three_node_cluster, worker_env
 from topics.codec import dumps, loads
 from topics.names import Topic
@@ -41,54 +39,6 @@ INSTANCE = "loss"
 FLOWING_S = 60.0
 """Longest wait from the kill to the next new outcome, and between new outcomes after."""
 DONE_S = 300.0
-
-
-class OutcomeWatch:
-    """Follows `decisions` (committed records) in a thread of its own: when each
-    candidate's outcome record was first seen (monotonic seconds)."""
-
-    def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.bootstrap, self.topic = bootstrap, Topic.DECISIONS.full(prefix)
-        self.seen: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    async def _run(self) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=8 << 20,
-        )
-        await consumer.start()
-        try:
-            partitions = consumer.partitions_for_topic(self.topic) or set()
-            while not partitions:
-                await asyncio.sleep(0.5)
-                await consumer._client.force_metadata_update()
-                partitions = consumer.partitions_for_topic(self.topic) or set()
-            tps = [TopicPartition(self.topic, p) for p in partitions]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            while not self._stop.is_set():
-                batches = await consumer.getmany(timeout_ms=500)
-                now = time.monotonic()
-                for records in batches.values():
-                    for r in records:
-                        if b'"stage":"outcome"' in r.value:
-                            self.seen.setdefault(loads(r.value)["candidate_id"], now)
-        finally:
-            await consumer.stop()
-
-    def after(self, t: float) -> list[float]:
-        return sorted(at for at in list(self.seen.values()) if at > t)
 
 
 def busy_candidates(n: int, unique: int) -> list[tuple[str, bytes, bytes]]:

@@ -263,3 +263,24 @@ def test_review_dashboard_and_attach_run_as_their_own_principals(
         dashboard.terminate()
         dashboard.wait(30)
         log.close()
+
+
+def test_the_topics_job_creates_with_its_own_acls_and_a_stage_only_lists(
+    secure: LocalCluster, tmp_path: Path
+) -> None:
+    """deploy/k8s: the Job runs `topics create` as `topics` (Create and Describe on each
+    topic); each worker pod's init container runs it as the stage's principal, which may
+    not create. Before the Job, the init container is refused (it fails and is retried:
+    not reported as `created`); once the topics exist it only lists them."""
+    prefix = f"job-{uuid.uuid4().hex[:8]}."
+    admin = env_as(secure, "admin", prefix, tmp_path)
+    for stage in ("topics", "rules"):
+        cli(admin, "acls", "--stage", stage, "--principal", f"User:{stage}", "--apply")
+    as_rules = env_as(secure, "rules", prefix, tmp_path)
+    refused = one_line(groundstream(as_rules, "topics", "create"))
+    assert "refused User:rules access to topic" in refused
+    assert "TopicAuthorizationFailedError" in refused
+    made = cli(env_as(secure, "topics", prefix, tmp_path), "topics", "create")
+    assert made.stdout.count("created ") == len(Topic)
+    listed = cli(as_rules, "topics", "create")
+    assert listed.stdout.count("exists ") == len(Topic)

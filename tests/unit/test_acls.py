@@ -55,6 +55,7 @@ READS: dict[str, set[Topic]] = {
     "dashboard": {T.DECISIONS, T.CONTROL, T.REVIEW},
     "attach": {T.CANDIDATES, T.DEADLETTER},  # the ids already there; and its SOURCE
     "client": {T.OUTCOMES, T.STATE},
+    "topics": set(),
 }
 WRITES: dict[str, set[Topic]] = {
     "geometry": {T.SCORED, T.DECISIONS, T.CONCLUDED},
@@ -68,6 +69,7 @@ WRITES: dict[str, set[Topic]] = {
     "dashboard": {T.CONTROL, T.DECISIONS, T.CONCLUDED, T.RULES},
     "attach": {T.CANDIDATES, T.DEADLETTER, T.DECISIONS},  # and its pass-through topic
     "client": {T.CANDIDATES},
+    "topics": set(),
 }
 SOURCE = "answers"
 """`attach`'s source topic in these tests: the user's own, never prefixed."""
@@ -374,15 +376,26 @@ def acl_table() -> str:
         return ", ".join(sorted({f"`{b.name}`" for b in of(acl, kind)})) or "—"
 
     rows = [
-        "| `--stage` | Read | Write | group (Read) | transactional ids, prefixed"
+        "| `--stage` | Read | Write | Create | group (Read) | transactional ids, prefixed"
         " (Write, Describe) |",
-        "| --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for stage in STAGES:
         acl = bindings(stage, "User:x", Names(source=SOURCE))
+        created = topics(acl, Operation.CREATE)
+        ladder = {t.value for t in Topic}
+        own = ["its pass-through"] * any(
+            b.operation is Operation.CREATE and b.name not in ladder for b in acl
+        )
+        create = (
+            "every topic"
+            if created == set(Topic)
+            else ", ".join([*(f"`{t.value}`" for t in Topic if t in created), *own]) or "—"
+        )
         rows.append(
             f"| `{stage}` | {names(acl, Operation.READ)} | {names(acl, Operation.WRITE)}"
-            f" | {named(acl, ResourceType.GROUP)} | {named(acl, ResourceType.TRANSACTIONAL_ID)} |"
+            f" | {create} | {named(acl, ResourceType.GROUP)}"
+            f" | {named(acl, ResourceType.TRANSACTIONAL_ID)} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -415,3 +428,16 @@ def test_attach_without_its_source_is_one_line_naming_the_option() -> None:
     assert result.output.strip().splitlines() == [
         "Error: --stage attach needs --source, the topic it gates"
     ]
+
+
+def test_the_topics_job_creates_and_describes_every_topic_and_nothing_else() -> None:
+    """`topics create` (the Job, every worker's init container) lists the topics and
+    creates the missing ones: Create and Describe on each by name, no cluster-wide
+    Create, no group, no transactional id, no producer."""
+    acl = bindings("topics", "User:topics", Names("p."))
+    every = {spec.topic for spec in TOPIC_SPECS}
+    assert topics(acl, Operation.CREATE, "p.") == every
+    assert topics(acl, Operation.DESCRIBE, "p.") == every
+    assert {b.operation for b in acl} == {Operation.CREATE, Operation.DESCRIBE}
+    assert {b.resource_type for b in acl} == {ResourceType.TOPIC}
+    assert all(b.pattern_type is PatternType.LITERAL and b.name.startswith("p.") for b in acl)

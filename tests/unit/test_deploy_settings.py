@@ -21,8 +21,9 @@ from workers.runtime.settings import PREFIX, SECRET_FIELDS, Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
-READ_OUTSIDE_SETTINGS = {"GROUNDSTREAM_ONNX_DIR"}
-"""Variables the code reads directly (the encoder's exported graph), named by the image."""
+READ_OUTSIDE_SETTINGS = {"GROUNDSTREAM_ONNX_DIR", "GROUNDSTREAM_AUDIT_KEY"}
+"""Variables the code reads directly: the encoder's exported graph, named by the image, and
+the audit chain's key (`workers.runtime.audit`), in the Secret and .env.example."""
 
 
 def _named(text: str) -> set[str]:
@@ -56,7 +57,8 @@ def test_no_deploy_file_names_a_variable_nothing_reads() -> None:
     for path in [*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml"), DEPLOY / "Dockerfile"]:
         unknown = _named(path.read_text()) - SETTINGS - READ_OUTSIDE_SETTINGS
         assert unknown == set(), path
-    assert _named((DEPLOY / "compose" / ".env.example").read_text()) <= SETTINGS
+    env_example = _named((DEPLOY / "compose" / ".env.example").read_text())
+    assert env_example <= SETTINGS | READ_OUTSIDE_SETTINGS
 
 
 def test_the_shipped_k8s_values_start_a_worker() -> None:
@@ -85,18 +87,26 @@ def test_credentials_live_in_the_secret_never_in_the_configmap() -> None:
     assert {
         PREFIX + "KAFKA_SASL_PASSWORD",
         PREFIX + "KAFKA_SSL_KEY_PASSWORD",
-    } <= set(_k8s("secret.yaml")["stringData"])
+        PREFIX + "AUDIT_KEY",
+    } | secrets <= set(_k8s("secret.yaml")["stringData"])
     shipped = _env_file(DEPLOY / "compose" / ".env.example")
     assert {k: v for k, v in shipped.items() if k in secrets and v} == {}  # blank: in .env
 
 
 def test_every_pod_that_talks_to_kafka_can_read_the_credentials() -> None:
     """`topics create` (the Job, each worker's init container) needs the SASL password as
-    much as the worker: every container that loads the settings loads the Secret too."""
+    much as the worker: every container that loads the settings takes the Kafka passwords
+    from the Secret too (key by key: each container gets only the secrets it uses)."""
+    kafka = {PREFIX + "KAFKA_SASL_PASSWORD", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
     for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
             for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
                 refs = container.get("envFrom", [])
                 if any("configMapRef" in r for r in refs):
-                    assert any("secretRef" in r for r in refs), (path.name, container["name"])
+                    from_secret = {
+                        e["name"]
+                        for e in container.get("env", [])
+                        if "secretKeyRef" in e.get("valueFrom", {})
+                    }
+                    assert kafka <= from_secret, (path.name, container["name"])

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced
 
 from pipeline.failures import ErrorAction
 from pipeline.policy.document import load_policy
@@ -20,6 +20,7 @@ from workers.runtime.isolation import ProcessingStopped, always
 from workers.runtime.loop import (
     CARRY_S,
     BrokerUnavailable,
+    Fenced,
     RetriesExhausted,
     StageLoop,
     send_batched,
@@ -130,6 +131,17 @@ class TestPatience:
         with pytest.raises(ProcessingStopped, match="enough"):
             await worker.run()  # every failure came after a completed batch: no give-up
         assert len(attempts) == 5
+
+    async def test_a_fenced_worker_exits_at_once_instead_of_fencing_its_successor(
+        self, monkeypatch
+    ) -> None:
+        """Starting over would run a new producer under the same transactional id: the
+        successor that fenced this worker would be fenced in turn (seen on the real broker,
+        tests/faults/test_paused_worker.py)."""
+        worker, attempts = self._failing(monkeypatch, ProducerFenced(), progress=True)
+        with pytest.raises(Fenced, match=r"fenced as p\.groundstream-terminal\."):
+            await worker.run()
+        assert len(attempts) == 1
 
 
 class TestMemberId:

@@ -123,3 +123,13 @@ class TestRouteAccess:
         emits = await GeometryStage().process([item], c)
         assert where(emits) == [Topic.DEADLETTER]
         assert reason(emits) == "route 'lenient' is not open to initiator 'agent'"
+
+
+def test_a_stage_worker_signs_and_verifies_with_the_configured_key() -> None:
+    """GROUNDSTREAM_STAGE_KEY reaches the Kafka worker's context: without it the stages
+    neither sealed nor checked anything, whatever the deployment's Secret said."""
+    from workers.runtime.runner import build_loop
+    from workers.runtime.settings import Settings
+
+    assert build_loop("rules", Settings(stage_key="k" * 32)).ctx.stage_key == b"k" * 32
+    assert build_loop("rules", Settings()).ctx.stage_key is None

@@ -22,7 +22,8 @@ def usage(message: str) -> click.ClickException:
     multiple=True,
     required=True,
     help="What the principal runs (repeatable): geometry, switch, consistency, judge, rules,"
-    " terminal, recorder, review, dashboard, attach (with --source) or client (an agent).",
+    " terminal, recorder, review, dashboard, attach (with --source), client (an agent) or"
+    " topics (`topics create`).",
 )
 @click.option("--principal", required=True, help="Kafka principal, Type:name (User:geometry).")
 @click.option("--source", default=None, help="With --stage attach: the topic it gates.")

@@ -21,7 +21,12 @@ restated:
   `candidates`; the dashboard also follows `decisions` and `control` and flips the kill
   switch on `control`;
 * `client` (`workers.clients.agent`) writes `candidates` and reads, without a group, the
-  `outcomes` ledger it awaits outcomes on and `state` (`accepted`).
+  `outcomes` ledger it awaits outcomes on and `state` (`accepted`);
+* `topics` (`groundstream topics create`, as the Kubernetes Job runs it) lists the topics
+  (Describe) and creates those missing (Create on each topic by name, not on the
+  cluster): no group, no producer, nothing read or written. A worker pod's init
+  container runs the same command as its stage, whose Describe suffices once the topics
+  exist (before, it is refused and retried).
 
 Every producer here is idempotent or transactional: IdempotentWrite on the cluster is
 granted with it. Kafka 3.0+ no longer requires it of an idempotent producer whose
@@ -91,11 +96,12 @@ class Permission(IntEnum):
 
 CLUSTER = "kafka-cluster"
 """The one name of the cluster resource."""
-CLIENT, DASHBOARD = "client", "dashboard"
+CLIENT, DASHBOARD, TOPICS = "client", "dashboard", "topics"
 STAGES: tuple[str, ...] = (
-    *(*STAGE_NAMES, RecorderStage.name, REVIEW_STAGE, DASHBOARD, ATTACH, CLIENT),
+    *(*STAGE_NAMES, RecorderStage.name, REVIEW_STAGE, DASHBOARD, ATTACH, CLIENT, TOPICS),
 )
-"""Every name `bindings` knows: the ladder's six, the recorder, review, dashboard, client."""
+"""Every name `bindings` knows: the ladder's six, the recorder, review, dashboard, attach,
+client, and `topics` (who runs `topics create`)."""
 PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:\S.*")
 """`Type:name`, as Kafka's authorizer writes principals (User:geometry, User:CN=…)."""
 
@@ -150,6 +156,7 @@ class Needs:
     reads: frozenset[Topic] = frozenset()
     writes: frozenset[Topic] = frozenset()
     describes: frozenset[Topic] = frozenset()
+    creates: frozenset[Topic] = frozenset()
     group: str | None = None
     """Its consumer group (Read), when it consumes in one."""
     transactional: str | None = None
@@ -167,6 +174,7 @@ class Needs:
             self.reads | other.reads,
             self.writes | other.writes,
             self.describes | other.describes,
+            self.creates | other.creates,
             self.group or other.group,
             self.transactional or other.transactional,
             self.idempotent or other.idempotent,
@@ -276,6 +284,8 @@ def needs(stage: str, names: Names) -> Needs:
             writes=frozenset({Topic.CANDIDATES}),
             idempotent=True,
         )
+    if stage == TOPICS:  # `topics.admin.create_topics`: list, then create what is missing
+        return Needs(describes=EVERY_TOPIC, creates=EVERY_TOPIC)
     raise KeyError(stage)
 
 
@@ -294,7 +304,9 @@ def bindings(stage: str, principal: str, names: Names) -> list[AclBinding]:
         add(ResourceType.TOPIC, names.topic(topic), Operation.READ)
     for topic in n.writes:
         add(ResourceType.TOPIC, names.topic(topic), Operation.WRITE)
-    for topic in n.reads | n.writes | n.describes:
+    for topic in n.creates:
+        add(ResourceType.TOPIC, names.topic(topic), Operation.CREATE)
+    for topic in n.reads | n.writes | n.describes | n.creates:
         add(ResourceType.TOPIC, names.topic(topic), Operation.DESCRIBE)
     for name in n.own_reads:
         add(ResourceType.TOPIC, name, Operation.READ)

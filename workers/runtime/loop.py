@@ -44,12 +44,18 @@ unless the operator chose to stop on them (GROUNDSTREAM_ON_PROCESSING_ERROR=stop
 `ProcessingStopped` ends the worker at once, without a retry and without committing the
 batch.
 
+A worker fenced by a newer one under its instance id (`Fenced`) exits instead of starting
+over, which would fence its successor back.
+
 Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
-generation (no KIP-447), so a replica cut off from the group (a zombie) could still commit
-a batch its successor redoes; a replica restarted on another host cannot fence its dead
-predecessor, whose open transaction the broker aborts after `transaction_timeout_ms`.
+generation (no KIP-447), so a replica cut off from the group (a zombie) whose successor
+runs under another instance id can still commit a batch the successor redoes, if it wakes
+before the broker aborts its transaction (`transaction_timeout_ms`); under the same id
+(deploy/k8s's StatefulSets: the pod's name) the successor's start fences it.
+tests/faults/test_paused_worker.py shows both.
 Calls to model endpoints are redone when a batch is redone. The terminal writer's ledger
-is what keeps the terminal outcome exactly-once even then.
+keeps the terminal outcome exactly-once against such a zombie of any other stage, not
+against a zombie terminal writer (its stale batch carries the outcomes themselves).
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ from aiokafka import (
     ConsumerRecord,
     TopicPartition,
 )
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from pipeline.errors import GroundstreamError
 from pipeline.failures import is_retryable
@@ -129,6 +135,15 @@ class RetriesExhausted(GroundstreamError, RuntimeError):
 
 class BrokerUnavailable(RetriesExhausted):
     """The same, when the last error was the broker's: it stayed away too long."""
+
+
+class Fenced(GroundstreamError, RuntimeError):
+    """The broker refuses this worker's transactions: another worker started under its
+    transactional id (its GROUNDSTREAM_INSTANCE_ID), which aborted the open transaction,
+    or this worker's own transaction outlived `transaction_timeout_ms`. Exit, committing
+    nothing: starting over would fence the successor in turn, and the two would take the
+    id from each other for as long as both run. A supervisor's restart of a worker that
+    was only slow redoes its batch."""
 
 
 class ControlUnknown(GroundstreamError, RuntimeError):
@@ -307,6 +322,12 @@ class StageLoop:
                     await self._session()
                 except ProcessingStopped:
                     raise  # the operator's choice: no retry, nothing committed
+                except ProducerFenced as exc:
+                    raise Fenced(
+                        f"stage {self.stage.name}: fenced as {self.member_id}: a newer worker"
+                        " runs under this instance id (or this one's transaction timed out);"
+                        " exiting, nothing committed"
+                    ) from exc
                 except Exception as exc:
                     now = time.monotonic()
                     if failing_since is None or self._progress_at > failing_since:

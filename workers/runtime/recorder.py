@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from workers.runtime.loop import RetriesExhausted, StageLoop
+from workers.runtime.loop import Fenced, RetriesExhausted, StageLoop
 from workers.runtime.ready import announce_ready
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
@@ -39,9 +39,13 @@ def build_recorder(settings: Settings, key: bytes | None) -> StageLoop:
 
 def run_recorder(settings: Settings, key: bytes | None) -> None:
     """Run until stopped; exit 2, committing nothing, if the broker stays away (or a
-    retryable error does not clear) past the loop's patience."""
+    retryable error does not clear) past the loop's patience; exit 3 when fenced by a
+    newer recorder under the same instance id."""
     try:
         asyncio.run(build_recorder(settings, key).run())
     except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
+    except Fenced as exc:
+        log.error("%s", exc)
+        raise SystemExit(3) from None

@@ -20,7 +20,7 @@ from topics.admin import missing_topics
 from workers.interfaces import StageContext
 from workers.runtime.isolation import always
 from workers.runtime.ladder import STAGE_NAMES, row
-from workers.runtime.loop import RetriesExhausted, StageLoop
+from workers.runtime.loop import Fenced, RetriesExhausted, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.refusals import kafka_refusal
@@ -80,6 +80,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         caps=settings.work_caps(),
         encoder_backend=settings.encoder_backend,
         encoder_cache_rows=settings.encoder_cache_rows,
+        stage_key=settings.stage_key.encode() or None,
     )
     if spec.preload_encoder(settings):
         from workers.clients.encoder import stage_encoder
@@ -162,7 +163,8 @@ async def until_ready(
 
 def run_stage(name: str, settings: Settings) -> None:
     """Run stage `name`'s loop until SIGINT/SIGTERM; exit 2, committing nothing, if the
-    broker stays away, or a retryable error does not clear, past the loop's patience."""
+    broker stays away, or a retryable error does not clear, past the loop's patience;
+    exit 3 when a newer worker under the same instance id fenced this one (`Fenced`)."""
     configure(f"groundstream-{name}", settings.otlp_endpoint)
     loop = build_loop(name, settings)
     serve_metrics(loop.metrics, settings)
@@ -172,6 +174,9 @@ def run_stage(name: str, settings: Settings) -> None:
     except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
+    except Fenced as exc:
+        log.error("%s", exc)
+        raise SystemExit(3) from None
     finally:
         clear_ready(settings, name, pid=os.getpid())
 

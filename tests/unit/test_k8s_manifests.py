@@ -1,0 +1,277 @@
+"""deploy/k8s, read as Kubernetes would read it, and held to what the workers need.
+
+Checked here, with PyYAML only: every file parses; every document is a kind this
+directory is meant to hold, under its apiVersion, with a name; kustomization.yaml lists
+every manifest; every stage of the ladder and the audit recorder runs as a StatefulSet
+(never a Deployment) whose `serviceName` is a headless Service that selects its pods and
+no others; every stage's GROUNDSTREAM_INSTANCE_ID is its pod's name (downward API),
+the identity `StageLoop.member_id` makes its transactional id and static group member id
+of; every variable taken from a Secret names a key secret.yaml holds, and each container
+takes only the secrets it uses; every GROUNDSTREAM_* variable a manifest names is a
+setting of workers/runtime/settings.py (or the audit key, read beside it).
+
+Not checked: the full OpenAPI schema of each kind (unknown or misspelt fields deeper than
+the ones named here, value types, quantities' syntax beyond memory). kubeconform would
+fetch the schemas at run time, which the machines here cannot; the `kubernetes` client's
+models check required fields only as each object is built by hand, and no unknown ones, a
+large dependency for less than the checks below. `kubectl apply --dry-run=server -k
+deploy/k8s` against a cluster remains the full check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.policy.document import load_policy
+from topics.names import Topic
+from workers.interfaces import StageContext
+from workers.runtime.audit import KEY_ENV
+from workers.runtime.ladder import STAGE_NAMES
+from workers.runtime.loop import StageLoop, member_prefix
+from workers.runtime.runner import RECORDER
+from workers.runtime.settings import PREFIX, Settings
+from workers.runtime.store import ChangelogStore
+from workers.runtime.telemetry import StageTelemetry
+from workers.stages.terminal import TerminalStage
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
+KNOWN_VARIABLES = SETTINGS | {KEY_ENV}
+KINDS = {
+    ("v1", "Namespace"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("apps/v1", "StatefulSet"),
+    ("batch/v1", "Job"),
+}
+WORKERS = (*STAGE_NAMES, RECORDER)
+"""Every long-running process the manifests deploy: the six stages and the recorder."""
+KAFKA_SECRETS = {PREFIX + "KAFKA_SASL_PASSWORD", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
+SECRETS_OF: dict[str, set[str]] = {
+    "topics": KAFKA_SECRETS,  # the Job and every init container
+    "geometry": KAFKA_SECRETS | {PREFIX + "STAGE_KEY"},
+    "switch": KAFKA_SECRETS | {PREFIX + "STAGE_KEY", PREFIX + "JUDGE_API_KEY"},
+    "consistency": KAFKA_SECRETS | {PREFIX + "STAGE_KEY", PREFIX + "SAMPLER_API_KEY"},
+    "judge": KAFKA_SECRETS | {PREFIX + "STAGE_KEY", PREFIX + "JUDGE_API_KEY"},
+    "rules": KAFKA_SECRETS | {PREFIX + "STAGE_KEY"},
+    "terminal": KAFKA_SECRETS | {PREFIX + "STAGE_KEY"},
+    "recorder": KAFKA_SECRETS | {KEY_ENV},
+}
+"""The secrets each container uses, and so the only ones it may see: the endpoint keys go
+where the endpoint is called (the switch builds the judge's client too), the audit key to
+the recorder alone, the web token to no pod (the dashboard is not deployed here)."""
+MEMORY = re.compile(r"(\d+)(Mi|Gi)")
+
+
+def _documents() -> dict[str, list[dict[str, Any]]]:
+    return {
+        p.name: [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+        for p in sorted(K8S.glob("*.yaml"))
+        if p.name != "kustomization.yaml"
+    }
+
+
+DOCS = _documents()
+ALL = [d for docs in DOCS.values() for d in docs]
+
+
+def _of_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in ALL if d["kind"] == kind]
+
+
+def _pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"])
+        for d in ALL
+        if "template" in d.get("spec", {})
+    ]
+
+
+def _containers() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (owner, c)
+        for owner, spec in _pod_specs()
+        for c in [*spec.get("initContainers", []), *spec["containers"]]
+    ]
+
+
+def _worker(stage: str) -> dict[str, Any]:
+    """The StatefulSet whose main container runs `stage`."""
+    args = ["audit", "record"] if stage == RECORDER else ["worker", stage]
+    found = [
+        s
+        for s in _of_kind("StatefulSet")
+        if s["spec"]["template"]["spec"]["containers"][0]["args"] == args
+    ]
+    assert len(found) == 1, (stage, [s["metadata"]["name"] for s in found])
+    return found[0]
+
+
+def _mebibytes(quantity: str) -> int:
+    number, unit = MEMORY.fullmatch(quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)
+
+
+def test_every_document_is_a_known_kind_with_a_name() -> None:
+    assert ALL
+    for doc in ALL:
+        assert (doc.get("apiVersion"), doc.get("kind")) in KINDS, doc.get("kind")
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
+    assert not _of_kind("Deployment")
+
+
+def test_the_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
+    assert kustomization["kind"] == "Kustomization"
+    listed = kustomization["resources"]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == set(DOCS)
+
+
+@pytest.mark.parametrize("stage", WORKERS)
+def test_every_worker_is_a_statefulset_governed_by_a_headless_service(stage: str) -> None:
+    sts = _worker(stage)
+    spec = sts["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    assert spec["podManagementPolicy"] in ("Parallel", "OrderedReady")
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"
+    services = [s for s in _of_kind("Service") if s["metadata"]["name"] == spec["serviceName"]]
+    assert len(services) == 1, spec["serviceName"]
+    service = services[0]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= labels.items()
+    # The Service must not select another stage's pods, nor theirs this one.
+    others = [s for s in _of_kind("StatefulSet") if s is not sts]
+    for other in others:
+        assert (
+            not service["spec"]["selector"].items()
+            <= other["spec"]["template"]["metadata"]["labels"].items()
+        )
+
+
+@pytest.mark.parametrize("stage", WORKERS)
+def test_the_instance_id_is_the_pod_name(stage: str) -> None:
+    """The one identity a restart keeps: `StageLoop.member_id` makes it the worker's
+    transactional id and static group member id, so a pod's replacement fences its
+    predecessor. Every pod name the StatefulSet can make must be a legal instance id."""
+    sts = _worker(stage)
+    main = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in main["env"]}
+    source = env[PREFIX + "INSTANCE_ID"]["valueFrom"]
+    assert source == {"fieldRef": {"fieldPath": "metadata.name"}}
+    partitions = int(
+        yaml.safe_load((K8S / "configmap.yaml").read_text())["data"][PREFIX + "PARTITIONS"]
+    )
+    pod = f"{sts['metadata']['name']}-{partitions - 1}"  # the highest ordinal worth running
+    settings = Settings.from_env({PREFIX + "INSTANCE_ID": pod})
+    assert settings.instance_id == pod
+
+
+async def test_the_pod_name_is_both_the_transactional_id_and_the_static_member_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the StatefulSet's identity is for: the worker's consumer joins as the static
+    member `<group>.<pod>` and its producer uses the same string as transactional id."""
+    seen: dict[str, Any] = {}
+
+    class Stop(Exception):
+        pass
+
+    def consumer(_kafka: object, **kwargs: Any) -> object:
+        seen["consumer"] = kwargs
+        return object()
+
+    def producer(_kafka: object, **kwargs: Any) -> object:
+        seen["producer"] = kwargs
+        raise Stop
+
+    monkeypatch.setattr("workers.runtime.loop.clients.consumer", consumer)
+    monkeypatch.setattr("workers.runtime.loop.clients.producer", producer)
+    monkeypatch.setattr("socket.gethostname", lambda: "some-node")  # not what is used
+    pod = f"{_worker('terminal')['metadata']['name']}-0"
+    settings = Settings.from_env({PREFIX + "INSTANCE_ID": pod})
+    worker = StageLoop(
+        TerminalStage(ChangelogStore(settings.topic(Topic.OUTCOMES))),
+        settings,
+        StageContext(policy=load_policy(None)),
+        StageTelemetry("terminal", settings.topic(Topic.CONCLUDED)),
+    )
+    with pytest.raises(Stop):
+        await worker._session()
+    member = f"{member_prefix('', 'terminal')}{pod}"
+    assert member == "groundstream-terminal.groundstream-terminal-0"
+    assert seen["consumer"]["group_instance_id"] == member
+    assert seen["producer"]["transactional_id"] == member
+
+
+def test_no_pod_gets_an_instance_id_from_the_configmap() -> None:
+    """One value for every replica would give them one identity: they would fence each
+    other for ever."""
+    data = yaml.safe_load((K8S / "configmap.yaml").read_text())["data"]
+    assert PREFIX + "INSTANCE_ID" not in data
+
+
+def test_every_secret_reference_names_a_key_of_the_secret() -> None:
+    (secret,) = _of_kind("Secret")
+    keys = set(secret["stringData"])
+    for owner, container in _containers():
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is None:
+                continue
+            assert ref["name"] == secret["metadata"]["name"], (owner, env["name"])
+            assert ref["key"] in keys, (owner, env["name"])
+            assert ref["key"] == env["name"], (owner, env["name"])  # the setting it names
+        assert not any("secretRef" in r for r in container.get("envFrom", [])), owner
+
+
+def test_each_container_sees_only_the_secrets_it_uses() -> None:
+    for owner, container in _containers():
+        taken = {
+            e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        assert taken == SECRETS_OF[container["name"]], (owner, container["name"])
+
+
+def test_every_variable_a_manifest_names_is_a_known_setting() -> None:
+    (configmap,) = _of_kind("ConfigMap")
+    (secret,) = _of_kind("Secret")
+    named = set(configmap["data"]) | set(secret["stringData"])
+    for _, container in _containers():
+        named |= {e["name"] for e in container.get("env", []) if e["name"].startswith(PREFIX)}
+    assert named - KNOWN_VARIABLES == set()
+
+
+def test_pods_are_isolated_and_bounded() -> None:
+    """Headless Services now exist: with service links on, `groundstream-geometry` would
+    inject GROUNDSTREAM_GEOMETRY_* variables into every pod. Every container has requests
+    and limits, the request within the limit."""
+    for owner, spec in _pod_specs():
+        assert spec["enableServiceLinks"] is False, owner
+        assert spec["automountServiceAccountToken"] is False, owner
+    for owner, container in _containers():
+        resources = container["resources"]
+        request, limit = resources["requests"]["memory"], resources["limits"]["memory"]
+        assert _mebibytes(request) <= _mebibytes(limit), (owner, container["name"])
+        assert "cpu" in resources["requests"] and "cpu" in resources["limits"]
+
+
+@pytest.mark.parametrize("stage", ["geometry", "consistency"])
+def test_the_encoder_stages_are_sized_for_onnx_runtime_not_torch(stage: str) -> None:
+    """The image carries no torch (deploy/Dockerfile): the encoder runs on ONNX Runtime,
+    measured at 534 MiB peak (docs/performance.md). deploy/README.md says the same."""
+    main = _worker(stage)["spec"]["template"]["spec"]["containers"][0]
+    assert main["resources"]["requests"]["memory"] == "768Mi"
+    assert main["resources"]["limits"]["memory"] == "1536Mi"
+    readme = " ".join((K8S.parent / "README.md").read_text().split())
+    assert "request 768 MiB, limit 1.5 GiB" in readme
+    assert "load torch" not in readme
