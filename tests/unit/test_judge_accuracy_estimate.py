@@ -124,7 +124,7 @@ def test_judge_share_from_decisions_fits_with_the_estimate(tmp_path, estimate) -
     assert "from 40 candidates both a person and the judge ruled on" in result.output
     assert "a judge right 80% of the time" in result.output  # the frontier's heading
     route = tomllib.loads(out.read_text())["routes"]["default"]
-    assert route["calibration"]["judge_accuracy"] == 0.8
+    assert route["calibration"]["judge_band"]["judge_accuracy"] == 0.8
     assert estimate == [{"since": None, "route": None}]
 
 

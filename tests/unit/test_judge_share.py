@@ -337,7 +337,7 @@ class TestTheBandOnTheLadder:
         assert route.judge_accept_cut is None and route.reader_accept_cut is None
         assert policy.thresholds_for("default", judged=True).grounding_accept == 0.8
         assert policy.thresholds_for("default", judged=True).grounding_review_long == 0.4
-        assert table["calibration"]["judge_share"] == 0.3
+        assert table["calibration"]["judge_band"]["judge_share"] == 0.3
 
     def test_without_a_judge_the_route_is_as_written(self) -> None:
         policy, table = banded_policy()
@@ -487,8 +487,11 @@ class TestCalibrateCommand:
         assert rows[-1].split()[2:5] == ["85.0%", "15.0%", "100.0%"]  # in-sample
         assert table[len(rows) + 2].lstrip().startswith("judge unavailable at 0.40")
         route = tomllib.loads(out.read_text())["routes"]["default"]
-        assert route["calibration"]["judge_accuracy"] == 0.85
-        assert route["calibration"]["frontier"]["labelled.jsonl"][-1]["every_answer"] is True
+        assert route["calibration"]["judge_band"]["judge_accuracy"] == 0.85
+        assert (
+            route["calibration"]["judge_band"]["frontier"]["labelled.jsonl"][-1]["every_answer"]
+            is True
+        )
         # The band is its own section; the route's settings and cuts are as written.
         assert "thresholds" not in route and "below_review_with_judge" not in route
         assert set(route["judge_band"]) >= {
@@ -515,7 +518,7 @@ class TestCalibrateCommand:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
         policy = tomllib.loads(out.read_text())
-        band = policy["routes"]["default"]["calibration"]
+        band = policy["routes"]["default"]["calibration"]["judge_band"]
         assert band["max_accept_error"] == pytest.approx(band_bound)
         assert band["max_accept_error_long"] == pytest.approx(band_bound)
         assert band["bound_z"] == BOUND_Z
@@ -559,13 +562,64 @@ class TestCalibrateCommand:
         route = tomllib.loads(out.read_text())["routes"]["default"]
         assert "judge_band" not in route and "calibration" not in route
 
+    def test_band_only_adds_the_band_and_changes_nothing_else(self, tmp_path, hashed) -> None:
+        """The shipped policy's band is fitted this way: a refit of the model on the same
+        data may differ in its last digits, and then no decision record would be the same."""
+        out = tmp_path / "p.toml"
+        calibrate(out)
+        before = tomllib.loads(out.read_text())
+        printed = calibrate(out, "--judge-share", "0.4", "--judge-accuracy", "0.85", "--band-only")
+        assert "wrote the judge band of route default" in printed
+        assert "judge share 0.40 on route default: a judge right 85% of the time" in printed
+        after = tomllib.loads(out.read_text())
+        route = after["routes"]["default"]
+        band = route.pop("judge_band")
+        assert set(band) >= {"grounding_accept", "grounding_review"}
+        record = route.pop("calibration")["judge_band"]
+        assert record["fitted_on_version"] == before["policy"]["version"]
+        assert record["judge_share"] == 0.4 and record["judge_accuracy"] == 0.85
+        version, was = after["policy"].pop("version"), before["policy"].pop("version")
+        assert version != was and version.startswith(was.split("+")[0] + "+")
+        assert after == before  # every other number as it was
+        policy = parse_policy(tomllib.loads(out.read_text()))
+        assert policy.thresholds_for("default") == parse_policy(
+            before | {"policy": {"version": was}}
+        ).thresholds_for("default")
+
+    def test_band_only_for_a_route_with_its_own_fit(self, tmp_path, hashed) -> None:
+        out = tmp_path / "p.toml"
+        calibrate(out)
+        calibrate(out, "--route", "qa")
+        fit = tomllib.loads(out.read_text())["routes"]["qa"]
+        calibrate(out, "--route", "qa", "--judge-share", "0.3", "--band-only")
+        route = tomllib.loads(out.read_text())["routes"]["qa"]
+        assert route["thresholds"] == fit["thresholds"] and route["grounding"] == fit["grounding"]
+        assert route["calibration"]["produced_by"] == fit["calibration"]["produced_by"]
+        assert route["calibration"]["judge_band"]["judge_share"] == 0.3
+        assert "judge_band" in route
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--band-only"], "give --judge-share"),
+            (["--band-only", "--judge-share", "0.4", "--route", "nope"], "--route"),
+        ],
+    )
+    def test_band_only_is_refused_in_one_line(self, tmp_path, hashed, options, message) -> None:
+        out = tmp_path / "p.toml"
+        calibrate(out)
+        args = ["calibrate", str(LABELLED), "--out", str(out), *options]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
     def test_a_route_fit_with_judge_share(self, tmp_path, hashed) -> None:
         out = tmp_path / "p.toml"
         calibrate(out)
         printed = calibrate(out, "--route", "qa", "--judge-share", "0.2")
         assert "judge share 0.20 on route qa" in printed and "every answer" in printed
         route = tomllib.loads(out.read_text())["routes"]["qa"]
-        assert route["calibration"]["judge_share"] == 0.2 and "grounding" in route
+        assert route["calibration"]["judge_band"]["judge_share"] == 0.2 and "grounding" in route
         # The route's own cuts as its fit wrote them; the band beside them, for a judge.
         assert {"grounding_accept", "grounding_review"} <= set(route["thresholds"])
         assert {"grounding_accept", "grounding_review"} <= set(route["judge_band"])

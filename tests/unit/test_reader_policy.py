@@ -274,7 +274,7 @@ def test_the_without_side_is_the_fit_calibrate_makes_with_no_reader(fitted, monk
     without = tomllib.loads(fitted["policy"].read_text())["grounding"]["reader"]["without"]
     assert without["metrics"] == {k: plain["grounding"]["metrics"][k] for k in without["metrics"]}
     assert without["thresholds"] == {k: plain["thresholds"][k] for k in without["thresholds"]}
-    frontier = plain["routes"]["default"]["calibration"]["frontier"]
+    frontier = plain["routes"]["default"]["calibration"]["judge_band"]["frontier"]
     assert without["judge_share"]["frontier"] == frontier
 
 

@@ -88,6 +88,12 @@ if TYPE_CHECKING:
     help="With --judge-share: the share of answers the judge gets right (default 1.0;"
     " --from-decisions estimates it).",
 )
+@click.option(
+    "--band-only",
+    is_flag=True,
+    help="With --judge-share: fit only the band, on the model and cuts the policy at --out"
+    " already has (the default route's, or --route's), and change nothing else in it.",
+)
 @click.option("--limit", type=int, default=None, help="Read at most N records per file.")
 @reader_option
 def calibrate(
@@ -102,6 +108,7 @@ def calibrate(
     max_accept_error_long: float | None,
     judge_share: float | None,
     judge_accuracy: float | None,
+    band_only: bool,
     limit: int | None,
     reader: str | None,
 ) -> None:
@@ -114,7 +121,7 @@ def calibrate(
 
     from pipeline.encoding.encoder import OnFirstUse
     from pipeline.fit.calibrate import check_accept_error
-    from workers.eval.calibration import JUDGE_SHARE_ROUTE, calibrate_route
+    from workers.eval.calibration import JUDGE_SHARE_ROUTE, calibrate_band, calibrate_route
     from workers.eval.calibration import calibrate as fit
 
     command = "groundstream calibrate " + " ".join(sys.argv[2:])
@@ -156,6 +163,30 @@ def calibrate(
         return
     if not data:
         raise click.UsageError("give labelled DATA files, or --from-decisions")
+    if band_only:
+        if band is None:
+            raise click.UsageError("--band-only fits the judge's band: give --judge-share")
+        if reference is not None:
+            raise click.UsageError("--band-only keeps the policy's model: --reference fits one")
+        try:
+            table = calibrate_band(
+                list(data),
+                out_file,
+                route,
+                judge_share=band,
+                max_accept_error=max_accept_error,
+                max_accept_error_long=max_accept_error_long,
+                limit=limit,
+                encoder=OnFirstUse(),  # loaded once DATA and the policy have been read
+                command=command,
+                tasks=tasks,
+            )
+        except PolicyError as exc:
+            raise click.UsageError(str(exc)) from None
+        name = route or JUDGE_SHARE_ROUTE
+        click.echo(f"wrote the judge band of route {name} into {out_file}")
+        _echo_frontier(name, table["calibration"]["judge_band"])
+        return
     if tasks and route is None:
         raise click.UsageError("--task needs --route: the task kinds are the route's to serve")
     if route is not None:
@@ -182,7 +213,7 @@ def calibrate(
             click.echo(line)
         _echo_without_reader(sections.get("grounding"))
         if band is not None:
-            _echo_frontier(route, sections["calibration"])
+            _echo_frontier(route, sections["calibration"]["judge_band"])
             _echo_frontier_without_reader(sections.get("grounding"), route)
         return
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
@@ -214,7 +245,7 @@ def calibrate(
     _echo_without_reader(policy.get("grounding"))
     if band is not None:
         route_table = policy["routes"][JUDGE_SHARE_ROUTE]
-        _echo_frontier(JUDGE_SHARE_ROUTE, route_table["calibration"])
+        _echo_frontier(JUDGE_SHARE_ROUTE, route_table["calibration"]["judge_band"])
         _echo_frontier_without_reader(policy.get("grounding"), JUDGE_SHARE_ROUTE)
 
 

@@ -420,11 +420,14 @@ def judge_share_route(
     table: dict[str, Any], band: JudgeShareFit, provenance: dict[str, Any]
 ) -> dict[str, Any]:
     """A route table (as the policy holds it) with `band` as its `judge_band`, and the fit's
-    provenance and frontier in its `calibration`. The band was fitted on the policy's own
+    provenance and frontier in its `calibration.judge_band`. The band was fitted on the policy's own
     model, so a model of the route's own is dropped with its cuts; the route's settings
     stay as written, so without a judge it decides exactly as before."""
     settings = {k: v for k, v in table.items() if k not in ROUTE_FIT_SECTIONS}
-    return settings | {"judge_band": judge_band(band), "calibration": provenance | band.to_dict()}
+    return settings | {
+        "judge_band": judge_band(band),
+        "calibration": {"judge_band": provenance | band.to_dict()},
+    }
 
 
 KEPT_SECTIONS = ("routes", "rules", "consistency", "judge")
@@ -546,10 +549,98 @@ def calibrate_route(
     if band is None:
         write_fit(out, route, sections, provenance, serves=tasks)
         return sections
-    provenance.update(band.to_dict())
+    provenance["judge_band"] = band.to_dict()
     sections["judge_band"] = judge_band(band)
     write_fit(out, route, sections, provenance, serves=tasks)
     return sections | {"calibration": provenance}
+
+
+def calibrate_band(
+    data: Sequence[Path],
+    out: Path,
+    route: str | None,
+    *,
+    judge_share: JudgeShare,
+    max_accept_error: float,
+    limit: int | None,
+    encoder: SentenceEncoder,
+    command: str,
+    progress: Progress | None = None,
+    tasks: Sequence[str] = (),
+    max_accept_error_long: float | None = None,
+) -> dict[str, Any]:
+    """`calibrate --judge-share S --band-only`: fit only the band a route's judge is asked
+    about, on the model and cuts the policy at `out` already has, and write it into the
+    route as its `judge_band` (provenance and frontier in `calibration.judge_band`). Every
+    other number of the policy stays as it is, so without a judge it decides exactly as
+    before (a refit of the model on the same data can differ in its last digits). With
+    `tasks`, only answers of those kinds are fitted. Returns the route's table."""
+    started = time.time()
+    try:
+        document = tomllib.loads(out.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError(
+            "--out", str(out), f"an existing policy to fit the band on ({exc})"
+        ) from None
+    policy = parse_policy(document, source=str(out))
+    name = route or JUDGE_SHARE_ROUTE
+    if name not in policy.routes:
+        raise PolicyError("--route", name, f"a route of {out} ({', '.join(sorted(policy.routes))})")
+    model = policy.grounding_for(name)
+    if model is None:
+        raise PolicyError(str(out), "no [grounding]", "a policy whose model calibrate fitted")
+    examples = [
+        e
+        for path in data
+        for e in examples_from(path, limit)
+        if e.context is not None and (not tasks or e.task in tasks)
+    ]
+    if not examples:
+        raise PolicyError("DATA", ", ".join(map(str, data)), "answers with a context to fit on")
+    head, reader = default_claim_head(), default_claim_reader()
+    measured = _in_batches(
+        examples,
+        64,
+        lambda b: measure_batch(
+            [(e.question, e.context or (), e.response) for e in b], encoder, head, reader
+        ),
+        progress,
+        "sgi and claims",
+    )
+    rows = [
+        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
+        for m, e in zip(measured, examples, strict=True)
+    ]
+    band = fit_judge_share(
+        feature_matrix(rows),
+        np.asarray([e.grounded for e in examples]),
+        np.asarray([e.group for e in examples]),
+        model,
+        judge_share,
+        max_error=max_accept_error,
+        max_error_long=max_accept_error_long,
+        contexts=["\n".join(e.context or ()) for e in examples],
+    )
+    provenance: dict[str, Any] = {
+        "produced_by": command,
+        "produced_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "data": {p.name: {"sha256": file_sha256(p)} for p in data},
+        "n": len(examples),
+        "seconds": round(time.time() - started, 1),
+        "fitted_on_version": policy.version,
+    }
+    if tasks:
+        provenance["tasks"] = sorted(tasks)
+    table = document["routes"][name]
+    table["judge_band"] = judge_band(band)
+    table.setdefault("calibration", {})["judge_band"] = provenance | band.to_dict()
+    meta = document.setdefault("policy", {})
+    base = policy.version.split("+")[0]
+    fitted = repr((policy.version, name, table["judge_band"]))
+    meta["version"] = f"{base}+{hashlib.sha256(fitted.encode()).hexdigest()[:8]}"
+    parse_policy(document, source=str(out))
+    write_policy(document, out)
+    return table
 
 
 def write_policy(policy: dict[str, Any], out: Path) -> None:
