@@ -143,6 +143,15 @@ class TestPatience:
             await worker.run()
         assert len(attempts) == 1
 
+    async def test_a_transaction_that_outlived_its_timeout_starts_over(self, monkeypatch) -> None:
+        """The broker fences the producer of a transaction it aborted for its age (a lost
+        coordinator, a long pause): no other worker holds the id, so start over."""
+        worker, attempts = self._failing(monkeypatch, ProducerFenced(), progress=True)
+        worker._txn_began = time.monotonic() - loop_module.TRANSACTION_TIMEOUT_S - 1
+        with pytest.raises(ProcessingStopped, match="enough"):
+            await worker.run()
+        assert len(attempts) == 5
+
 
 class TestMemberId:
     """The transactional id fences a dead predecessor with the same id, and only it."""

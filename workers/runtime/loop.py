@@ -45,7 +45,8 @@ unless the operator chose to stop on them (GROUNDSTREAM_ON_PROCESSING_ERROR=stop
 batch.
 
 A worker fenced by a newer one under its instance id (`Fenced`) exits instead of starting
-over, which would fence its successor back.
+over, which would fence its successor back; one fenced only because its own transaction
+outlived the timeout starts over.
 
 Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
 generation (no KIP-447), so a replica cut off from the group (a zombie) whose successor
@@ -137,13 +138,18 @@ class BrokerUnavailable(RetriesExhausted):
     """The same, when the last error was the broker's: it stayed away too long."""
 
 
+TRANSACTION_TIMEOUT_S = 30.0
+"""How long a transaction may stay open before the broker aborts it (and fences its
+producer): a paused or stalled worker's open batch waits at most this long."""
+
+
 class Fenced(GroundstreamError, RuntimeError):
-    """The broker refuses this worker's transactions: another worker started under its
-    transactional id (its GROUNDSTREAM_INSTANCE_ID), which aborted the open transaction,
-    or this worker's own transaction outlived `transaction_timeout_ms`. Exit, committing
-    nothing: starting over would fence the successor in turn, and the two would take the
-    id from each other for as long as both run. A supervisor's restart of a worker that
-    was only slow redoes its batch."""
+    """The broker refused this worker's transaction within `TRANSACTION_TIMEOUT_S` of its
+    start: another worker started under its transactional id (its
+    GROUNDSTREAM_INSTANCE_ID) and aborted it. Exit, committing nothing: starting over would
+    fence the successor in turn, and the two would take the id from each other for as
+    long as both run. (A fence after the timeout is the broker's own abort of a slow
+    transaction: the loop starts over, as after any failure.)"""
 
 
 class ControlUnknown(GroundstreamError, RuntimeError):
@@ -277,6 +283,9 @@ class StageLoop:
     batch that fails the same way every time would be retried without end."""
     _carried: dict[TopicPartition, int] = field(default_factory=dict, init=False)
     """Next offsets of followed records that wrote nothing, not yet committed (`_carry`)."""
+    _txn_began: float | None = field(default=None, init=False)
+    """When the last transaction began (monotonic): a fence within the transaction timeout
+    of it can only be another worker under this id (`run`)."""
     _carried_at: float = field(default=0.0, init=False)
     _windowed: frozenset[int] = field(default=frozenset(), init=False)
     """Source partitions whose committed metadata the flow's window has read."""
@@ -322,13 +331,16 @@ class StageLoop:
                     await self._session()
                 except ProcessingStopped:
                     raise  # the operator's choice: no retry, nothing committed
-                except ProducerFenced as exc:
-                    raise Fenced(
-                        f"stage {self.stage.name}: fenced as {self.member_id}: a newer worker"
-                        " runs under this instance id (or this one's transaction timed out);"
-                        " exiting, nothing committed"
-                    ) from exc
                 except Exception as exc:
+                    # Fenced within the transaction timeout: another worker runs under this
+                    # id. Fenced later: the broker aborted a transaction that outlived its
+                    # timeout (a stall: a coordinator lost, a paused process), and starting
+                    # over, like after any failure, redoes the batch.
+                    if isinstance(exc, ProducerFenced) and not self._outlived_timeout():
+                        raise Fenced(
+                            f"stage {self.stage.name}: fenced as {self.member_id}: a newer"
+                            " worker runs under this instance id; exiting, nothing committed"
+                        ) from exc
                     now = time.monotonic()
                     if failing_since is None or self._progress_at > failing_since:
                         failing_since, attempt = now, 0
@@ -345,6 +357,12 @@ class StageLoop:
                     await asyncio.sleep(delay)
         finally:
             await listener.stop()
+
+    def _outlived_timeout(self) -> bool:
+        """Whether the last transaction has been open for the transaction timeout: past it
+        the broker aborts it and fences its producer itself, no other worker needed."""
+        began = self._txn_began
+        return began is not None and time.monotonic() - began >= TRANSACTION_TIMEOUT_S
 
     def _exhausted(self, exc: Exception, waited: float) -> RetriesExhausted:
         if _broker_side(exc):
@@ -383,7 +401,7 @@ class StageLoop:
             acks="all",
             max_request_size=MAX_MESSAGE_BYTES,
             max_batch_size=PRODUCE_BATCH_BYTES,
-            transaction_timeout_ms=30_000,
+            transaction_timeout_ms=int(TRANSACTION_TIMEOUT_S * 1000),
             request_timeout_ms=int(OP_TIMEOUT_S * 1000) // 2,
         )
         gate = RebalanceGate()
@@ -781,6 +799,7 @@ class StageLoop:
             tp = TopicPartition(r.topic, r.partition)
             offsets[tp] = max(offsets.get(tp, 0), r.offset + 1)
         try:
+            self._txn_began = time.monotonic()
             await asyncio.wait_for(producer.begin_transaction(), OP_TIMEOUT_S)
             messages: list[Message] = [
                 (self.settings.topic(e.topic), e.key, e.value, e.headers) for e in emits
