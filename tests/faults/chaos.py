@@ -24,9 +24,11 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from pipeline.trail.records import make_record
 from tests.integration.conftest import consume_all
 from tests.integration.harness import FIXTURES, Workers, cli, local_sh, worker_env
 from topics.codec import dumps, loads
+from topics.conclusion import Conclusion
 from topics.names import TERMINAL, Topic
 from workers.bench.procs import free_port
 from workers.runtime.ladder import STAGE_NAMES
@@ -264,13 +266,33 @@ async def wait_for_outcomes(
         await consumer.stop()
 
 
-class OutcomeWatch:
-    """Follows `decisions` (committed records) in a thread of its own: when each
-    candidate's outcome record was first seen (monotonic seconds)."""
+def accepted_conclusion(cid: str, pad: int = 0) -> Conclusion:
+    """A concluded candidate `cid`, accepted to state, as a stage hands it to the terminal
+    writer; `pad` characters of padding make its message that much larger."""
+    outcome = make_record(
+        candidate_id=cid,
+        session_id=f"s-{cid}",
+        turn=1,
+        stage="outcome",
+        action="accept",
+        write_to_state=True,
+        reason="r",
+        policy_version="p",
+        decided_at=1_700_000_000.0,
+        mode="evaluate",
+        route="default",
+        prev_hash="h0",
+        topic=Topic.STATE.value,
+    )
+    value = dumps({"candidate": {"id": cid} | ({"pad": "x" * pad} if pad else {})})
+    return Conclusion(cid, Topic.STATE.value, f"s-{cid}".encode(), value, outcome)
 
-    def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.bootstrap, self.topic = bootstrap, Topic.DECISIONS.full(prefix)
-        self.seen: dict[str, float] = {}
+
+class InThread:
+    """An asyncio loop (`_run`) in a daemon thread of its own, until `stop`: `_stop` tells
+    `_run` to end."""
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
@@ -280,6 +302,19 @@ class OutcomeWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class OutcomeWatch(InThread):
+    """Follows `decisions` (committed records) in a thread of its own: when each
+    candidate's outcome record was first seen (monotonic seconds)."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        super().__init__()
+        self.bootstrap, self.topic = bootstrap, Topic.DECISIONS.full(prefix)
+        self.seen: dict[str, float] = {}
 
     async def _run(self) -> None:
         consumer = AIOKafkaConsumer(

@@ -17,12 +17,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from pipeline.policy.document import load_policy
-from pipeline.trail.records import make_record
+from tests.faults.chaos import accepted_conclusion
 from tests.integration.conftest import consume_all, until
 from topics.admin import create_topics
 from topics.clients import KafkaConnection
-from topics.codec import dumps, loads
-from topics.conclusion import Conclusion
+from topics.codec import loads
 from topics.names import Topic
 from workers.interfaces import Emit, Inbound, StageContext
 from workers.runtime.loop import StageLoop
@@ -62,32 +61,12 @@ class Cramped:
         return None
 
 
-def conclusion(cid: str) -> Conclusion:
-    outcome = make_record(
-        candidate_id=cid,
-        session_id=f"s-{cid}",
-        turn=1,
-        stage="outcome",
-        action="accept",
-        write_to_state=True,
-        reason="r",
-        policy_version="p",
-        decided_at=1_700_000_000.0,
-        mode="evaluate",
-        route="default",
-        prev_hash="h0",
-        topic=Topic.STATE.value,
-    )
-    value = dumps({"candidate": {"id": cid}})
-    return Conclusion(cid, Topic.STATE.value, f"s-{cid}".encode(), value, outcome)
-
-
 async def send_conclusions(settings: Settings, ids: list[str]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     await producer.start()
     try:
         for cid in ids:
-            c = conclusion(cid)
+            c = accepted_conclusion(cid)
             await producer.send(
                 settings.topic(Topic.CONCLUDED),
                 value=c.value,

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +45,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline.trail.records import make_record
-from tests.faults.chaos import OutcomeWatch, audit
+from tests.faults.chaos import InThread, OutcomeWatch, accepted_conclusion, audit
 from tests.integration.harness import Workers, cli, worker_env
-from topics.codec import dumps
-from topics.conclusion import Conclusion
 from topics.names import Topic
 from workers.runtime.loop import group_id
 
@@ -75,44 +71,15 @@ GRACE_S = 5.0
 """After the last outcome: time for a resumed worker's stale commit to show."""
 
 
-def conclusion(cid: str) -> Conclusion:
-    """A concluded candidate, accepted, with a padded terminal message."""
-    outcome = make_record(
-        candidate_id=cid,
-        session_id=f"s-{cid}",
-        turn=1,
-        stage="outcome",
-        action="accept",
-        write_to_state=True,
-        reason="r",
-        policy_version="p",
-        decided_at=1_700_000_000.0,
-        mode="evaluate",
-        route="default",
-        prev_hash="h0",
-        topic=Topic.STATE.value,
-    )
-    value = dumps({"candidate": {"id": cid, "pad": "x" * PAD}})
-    return Conclusion(cid, Topic.STATE.value, f"s-{cid}".encode(), value, outcome)
-
-
-class Feed:
+class Feed(InThread):
     """Conclusions to `concluded` in bursts of BATCH every PERIOD_S, in a thread of its own,
     until stopped (so the worker's transactions hold whole batches); `sent` holds the ids
     whose send was acknowledged."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__()
         self.bootstrap, self.topic = bootstrap, topic
         self.sent: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
 
     async def _run(self) -> None:
         producer = AIOKafkaProducer(
@@ -121,7 +88,9 @@ class Feed:
         await producer.start()
         try:
             while not self._stop.is_set():
-                burst = [conclusion(f"p-{len(self.sent) + i:05d}") for i in range(BATCH)]
+                burst = [
+                    accepted_conclusion(f"p-{len(self.sent) + i:05d}", PAD) for i in range(BATCH)
+                ]
                 await asyncio.gather(
                     *[
                         await producer.send(
