@@ -37,7 +37,7 @@ from pipeline.guards.familiarity import FAMILIAR_SHARE
 from pipeline.policy.defaults import default_claim_head, default_claim_reader
 from pipeline.policy.document import ROUTE_FIT_SECTIONS, parse_policy
 from pipeline.policy.routing import ACTIVE_APPROVAL
-from pipeline.scores.batch import familiarity_vectors, measure_batch
+from pipeline.scores.batch import Measured, familiarity_vectors, measure_batch
 from pipeline.scores.geometric import compute_dgi_batch, mean_embedding
 from pipeline.scores.grounding import FEATURES, grounding_features
 from workers.eval.datasets import LabelledCandidate, file_sha256, load_labelled
@@ -153,16 +153,7 @@ def fit_with_band(
     of the answers familiar out of fold (`pipeline.fit.familiarity_model`)."""
     with_ctx = [e for e in examples if e.context is not None]
     without = [e for e in examples if e.context is None]
-    head, reader = default_claim_head(), default_claim_reader()
-    measured = _in_batches(
-        with_ctx,
-        64,
-        lambda b: measure_batch(
-            [(e.question, e.context or (), e.response) for e in b], encoder, head, reader
-        ),
-        progress,
-        "sgi and claims",
-    )
+    measured = _measured(with_ctx, encoder, progress)
     sgi = [m.sgi for m in measured]
     dgi = []
     if without and mu is not None:
@@ -180,10 +171,7 @@ def fit_with_band(
     )
     grounding = band = None
     if with_ctx:
-        rows = [
-            grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
-            for m, e in zip(measured, with_ctx, strict=True)
-        ]
+        rows = _feature_rows(measured, with_ctx)
         labels = [e.grounded for e in with_ctx]
         groups = [e.group for e in with_ctx]
         contexts = ["\n".join(e.context or ()) for e in with_ctx]
@@ -213,7 +201,7 @@ def fit_with_band(
             max_accept_error_long=max_accept_error_long,
             **options,
         )
-        if reader is not None and (read := fitted_reader_dir()) is not None:
+        if default_claim_reader() is not None and (read := fitted_reader_dir()) is not None:
             # The model names its reader (start-up serves it only with that one), and the
             # same fit without it is recorded beside it (`calibrate --reader`, issue 32);
             # a reader the cross-validated figures say does not help gets the fit without
@@ -242,6 +230,33 @@ def fit_with_band(
                 contexts=contexts,
             )
     return fit, grounding, band
+
+
+def _measured(
+    examples: Sequence[Example], encoder: SentenceEncoder, progress: Progress | None
+) -> list[Measured]:
+    """Geometry, claim support and the claim reader's reading of each answer with a context
+    (`measure_batch`), in batches of 64."""
+    head, reader = default_claim_head(), default_claim_reader()
+    return _in_batches(
+        examples,
+        64,
+        lambda b: measure_batch(
+            [(e.question, e.context or (), e.response) for e in b], encoder, head, reader
+        ),
+        progress,
+        "sgi and claims",
+    )
+
+
+def _feature_rows(
+    measured: Sequence[Measured], examples: Sequence[Example]
+) -> list[dict[str, float]]:
+    """The grounding model's features of each measured answer."""
+    return [
+        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
+        for m, e in zip(measured, examples, strict=True)
+    ]
 
 
 def _long_bound_entry(max_accept_error_long: float | None) -> dict[str, float]:
@@ -597,20 +612,7 @@ def calibrate_band(
     ]
     if not examples:
         raise PolicyError("DATA", ", ".join(map(str, data)), "answers with a context to fit on")
-    head, reader = default_claim_head(), default_claim_reader()
-    measured = _in_batches(
-        examples,
-        64,
-        lambda b: measure_batch(
-            [(e.question, e.context or (), e.response) for e in b], encoder, head, reader
-        ),
-        progress,
-        "sgi and claims",
-    )
-    rows = [
-        grounding_features(e.question, e.context or (), m.core, m.sgi, m.claim, m.reader)
-        for m, e in zip(measured, examples, strict=True)
-    ]
+    rows = _feature_rows(_measured(examples, encoder, progress), examples)
     band = fit_judge_share(
         feature_matrix(rows),
         np.asarray([e.grounded for e in examples]),
