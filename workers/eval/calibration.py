@@ -459,6 +459,12 @@ def _kept_settings(out: Path) -> dict[str, Any]:
     return {name: existing[name] for name in KEPT_SECTIONS if name in existing}
 
 
+def refit_version(version: str, fitted: object) -> str:
+    """A policy's version after a fit written into it: its base (before any `+`) and a
+    hash of what was fitted, so a different fit is a different version."""
+    return f"{version.split('+')[0]}+{hashlib.sha256(repr(fitted).encode()).hexdigest()[:8]}"
+
+
 def write_fit(
     out: Path,
     route: str | None,
@@ -504,9 +510,9 @@ def write_fit(
             fit["judge_band"] = sections["judge_band"]
         routes[route] = settings | fit | {"calibration": provenance}
     meta = policy.setdefault("policy", {})
-    base = str(meta.get("version", "unversioned")).split("+")[0]
-    fitted = repr((sections, sorted(policy.get("routes", {}))))
-    meta["version"] = f"{base}+{hashlib.sha256(fitted.encode()).hexdigest()[:8]}"
+    meta["version"] = refit_version(
+        str(meta.get("version", "unversioned")), (sections, sorted(policy.get("routes", {})))
+    )
     meta.setdefault("produced_by", provenance.get("produced_by", ""))
     parse_policy(policy, source=str(out))
     write_policy(policy, out)
@@ -636,10 +642,9 @@ def calibrate_band(
     table = document["routes"][name]
     table["judge_band"] = judge_band(band)
     table.setdefault("calibration", {})["judge_band"] = provenance | band.to_dict()
-    meta = document.setdefault("policy", {})
-    base = policy.version.split("+")[0]
-    fitted = repr((policy.version, name, table["judge_band"]))
-    meta["version"] = f"{base}+{hashlib.sha256(fitted.encode()).hexdigest()[:8]}"
+    document.setdefault("policy", {})["version"] = refit_version(
+        policy.version, (policy.version, name, table["judge_band"])
+    )
     parse_policy(document, source=str(out))
     write_policy(document, out)
     return table
