@@ -319,6 +319,18 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     visit.assert_clean()
 
 
+async def rendered_times(rows: Any, n: int, within_s: float = 10.0) -> list[int]:
+    """The `data-at` of `rows` once `n` of them are rendered. Why not one read after a count:
+    the page may re-render the table between the two (a refresh after a reload replaces its
+    rows), and the read then finds none; CI saw `[] == [...]` after a reload."""
+    deadline = time.monotonic() + within_s
+    while True:
+        times = [int(t) for t in await rows.evaluate_all("rs => rs.map(r => r.dataset.at)")]
+        if len(times) == n or time.monotonic() > deadline:
+            return times
+        await asyncio.sleep(0.05)
+
+
 async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
     visit: Visit, kafka_bootstrap: str, dashboard_settings: Settings
 ):
@@ -336,11 +348,11 @@ async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
     await send_decisions(kafka_bootstrap, dashboard_settings, *late, dead)
     rows = page.locator("#decisions tr[data-at]")
     await expect(rows).to_have_count(len(late) + 1)
-    times = [int(t) for t in await rows.evaluate_all("rs => rs.map(r => r.dataset.at)")]
+    times = await rendered_times(rows, len(late) + 1)
     assert times == sorted(times, reverse=True), times  # "Recent decisions": newest first
     await page.reload()  # the same order as the server sends it on load
     await expect(rows).to_have_count(len(late) + 1)
-    again = [int(t) for t in await rows.evaluate_all("rs => rs.map(r => r.dataset.at)")]
+    again = await rendered_times(rows, len(late) + 1)
     assert again == times
 
     # A dead letter has no route or mode to show: not "? / ?".
