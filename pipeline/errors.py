@@ -16,6 +16,9 @@ GroundstreamError
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
+ ├── TopicConfigMismatch (ValueError)    topics.admin: an existing topic's setting would lose data
+ ├── KeyPasswordMissing (ValueError)     topics.security.keyfiles: an encrypted key, no password
+ ├── TokenFileError (ValueError)         topics.security.tokens: no OAuth token to send yet
  ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
  ├── NotReady (RuntimeError)             workers.runtime.runner: in-process loops never came up
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -24,34 +23,11 @@ from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 
+from topics.security import keyfiles, redaction
+from topics.security.tokens import FileTokenProvider
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-
-
-class FileTokenProvider(AbstractTokenProvider):
-    """SASL/OAUTHBEARER's token, read from a file each time the client asks: a sidecar or
-    a projected service-account token keeps the file fresh, and a new token is used from
-    the next (re)authentication on. The file is read again only when its mtime (or size)
-    changed; surrounding whitespace is stripped."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._seen: tuple[int, int] | None = None
-        self._token = ""
-
-    def read(self) -> str:
-        stat = self.path.stat()
-        seen = (stat.st_mtime_ns, stat.st_size)
-        if seen != self._seen:
-            self._token = self.path.read_text(encoding="utf-8").strip()
-            self._seen = seen
-        return self._token
-
-    async def token(self) -> str:
-        return await asyncio.to_thread(self.read)
-
-    def __repr__(self) -> str:
-        return f"FileTokenProvider({str(self.path)!r})"
 
 
 class MskIamTokenProvider(AbstractTokenProvider):
@@ -127,7 +103,9 @@ class KafkaConnection:
             cafile=self.ssl_ca_file or None,
             certfile=self.ssl_cert_file or None,
             keyfile=self.ssl_key_file or None,
-            password=self.ssl_key_password or None,
+            # No password given: a callback that refuses, so OpenSSL never prompts for one
+            # on a terminal a worker does not have.
+            password=self.ssl_key_password or keyfiles.no_password(self.ssl_key_file),
         )
         context.check_hostname = self.ssl_check_hostname
         return context
@@ -165,6 +143,7 @@ def connection(kafka: KafkaConnection | str) -> KafkaConnection:
 
 
 def _merged(conn: KafkaConnection, options: dict[str, Any]) -> dict[str, Any]:
+    redaction.install()  # whoever set up logging, no client's debug lines show SASL's bytes
     kwargs = conn.client_kwargs()
     clash = sorted(set(kwargs) & set(options))
     if clash:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import logging
 import os
 import ssl
 from pathlib import Path
@@ -14,6 +15,9 @@ import pytest
 
 from topics import clients
 from topics.clients import FileTokenProvider, KafkaConnection
+from topics.security.keyfiles import KeyPasswordMissing
+from topics.security.tokens import TokenFileError
+from workers.runtime.refusals import kafka_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 TLS = ROOT / "tests" / "fixtures" / "tls"
@@ -141,6 +145,19 @@ def test_a_wrong_key_password_is_refused() -> None:
         _ = conn.ssl_context
 
 
+def test_an_encrypted_key_without_a_password_is_refused_not_prompted_for() -> None:
+    """OpenSSL asks the terminal for a missing key password; the factory's callback refuses
+    in one line naming the setting instead (a worker has no terminal)."""
+    key = str(TLS / "client-encrypted.key")
+    conn = KafkaConnection("k:9093", "SSL", ssl_cert_file=str(TLS / "client.crt"), ssl_key_file=key)
+    with pytest.raises(KeyPasswordMissing) as caught:
+        _ = conn.ssl_context
+    assert str(caught.value) == (
+        f"the client key {key} is encrypted: "
+        "set GROUNDSTREAM_KAFKA_SSL_KEY_PASSWORD to its password"
+    )
+
+
 def test_each_kind_of_client_gets_the_security() -> None:
     conn = KafkaConnection("k:9093", "SASL_SSL", "SCRAM-SHA-512", "gs-judge", "pw", ssl_ca_file=CA)
 
@@ -201,6 +218,79 @@ def test_the_token_is_read_again_when_the_file_changes(tmp_path: Path) -> None:
         assert asyncio.run(provider.token()) == "second-token-longer"
         assert reads == [path]
     assert "token" not in repr(provider).replace(str(path), "")
+
+
+def test_an_empty_or_gone_token_file_keeps_the_last_good_token_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sidecar rewriting the file leaves it empty (or absent) for a moment: the token
+    sent then is still the last good one, and one warning says so."""
+    path = tmp_path / "token"
+    path.write_text("good-token\n")
+    provider = FileTokenProvider(path)
+    assert provider.read() == "good-token"
+    caplog.set_level(logging.WARNING, logger="groundstream.kafka")
+    path.write_text("")
+    assert asyncio.run(provider.token()) == "good-token"
+    path.unlink()
+    assert provider.read() == "good-token"
+    assert provider.read() == "good-token"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert f"GROUNDSTREAM_KAFKA_OAUTH_TOKEN_FILE {path} is empty" in warnings[0]
+    assert "good-token" not in warnings[0]
+    path.write_text("next-token")
+    assert provider.read() == "next-token"
+    path.write_text("  \n")  # a new spell of emptiness is said again
+    assert provider.read() == "next-token"
+    assert len(caplog.records) == 2
+
+
+@pytest.mark.parametrize("make", ["empty", "absent"])
+def test_with_no_good_token_yet_the_error_is_one_line(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "token"
+    if make == "empty":
+        path.write_text("\n")
+    provider = FileTokenProvider(path)
+    with pytest.raises(TokenFileError) as caught:
+        asyncio.run(provider.token())
+    why = "empty" if make == "empty" else "unreadable (No such file or directory)"
+    assert str(caught.value) == (
+        f"GROUNDSTREAM_KAFKA_OAUTH_TOKEN_FILE {path} is {why}: no OAuth token to send"
+    )
+    conn = KafkaConnection("k:9093", "SASL_SSL", "OAUTHBEARER", oauth_token_file=str(path))
+    assert kafka_refusal(caught.value, "k:9093", conn) == str(caught.value)
+
+
+def test_the_sasl_authenticate_bytes_never_reach_a_log(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What aiokafka's connection logger writes at debug level for PLAIN and OAUTHBEARER,
+    formatted as a handler would: the request line stays, its secret bytes do not."""
+    from aiokafka.protocol.admin import SaslAuthenticateRequest_v1, SaslAuthenticateResponse_v1
+
+    conn_log = logging.getLogger("aiokafka.conn")
+    monkeypatch.setattr(conn_log, "filters", [])
+
+    async def build() -> None:  # the factory installs the filter
+        await clients.producer(KafkaConnection("k:1")).stop()
+
+    asyncio.run(build())
+    assert len(conn_log.filters) == 1
+    caplog.set_level(logging.DEBUG, logger="aiokafka.conn")
+    secret = "pl41n-passw0rd"
+    plain = SaslAuthenticateRequest_v1(b"\x00judge\x00" + secret.encode())
+    bearer = SaslAuthenticateRequest_v1(b"n,,\x01auth=Bearer " + secret.encode() + b"\x01\x01")
+    answer = SaslAuthenticateResponse_v1(0, None, secret.encode(), 0)
+    for message in (plain, bearer):
+        conn_log.debug("Request to %s:%d %d: %s", "k", 1, 3, message)
+    conn_log.debug("Response from %s:%d %d: %s", "k", 1, 3, answer)
+    conn_log.info("Request %s", plain)  # at any level
+    text = "\n".join(logging.Formatter("%(message)s").format(r) for r in caplog.records)
+    assert secret not in text
+    assert text.count("SaslAuthenticateRequest_v1(<redacted>)") == 3
+    assert "Request to k:1 3: SaslAuthenticateRequest_v1(<redacted>)" in text
+    assert "SaslAuthenticateResponse_v1(<redacted>)" in text
 
 
 def test_msk_iam_signs_a_token_for_the_region_with_the_default_credentials(

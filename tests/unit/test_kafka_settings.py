@@ -65,7 +65,7 @@ def test_the_password_file_is_read_at_start_up(tmp_path: Path) -> None:
     s = Settings.from_env(
         env(
             security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="PLAIN",
+            sasl_mechanism="SCRAM-SHA-512",
             sasl_username="u",
             sasl_password_file=str(secret),
         )
@@ -158,6 +158,56 @@ def test_mutual_tls_needs_both_files() -> None:
     refused("SSL_CERT_FILE", security_protocol="SSL", ssl_key_file=KEY)
     s = Settings.from_env(env(security_protocol="SSL", ssl_cert_file=CERT, ssl_key_file=KEY))
     assert s.kafka().ssl_context is not None
+
+
+def test_an_encrypted_key_without_its_password_is_refused_before_openssl_asks() -> None:
+    encrypted = str(TLS / "client-encrypted.key")
+    error = refused(
+        "SSL_KEY_PASSWORD", security_protocol="SSL", ssl_cert_file=CERT, ssl_key_file=encrypted
+    )
+    assert "encrypted" in str(error) and encrypted in str(error)
+    s = Settings.from_env(
+        env(
+            security_protocol="SSL",
+            ssl_cert_file=CERT,
+            ssl_key_file=encrypted,
+            ssl_key_password="test-key-password",
+        )
+    )
+    assert s.kafka().ssl_context is not None
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "secret"),
+    [("PLAIN", {"sasl_username": "u", "sasl_password": SECRET}), ("OAUTHBEARER", None)],
+)
+def test_a_cleartext_secret_over_sasl_plaintext_needs_a_trusted_network(
+    mechanism: str, secret: dict[str, str] | None, tmp_path: Path
+) -> None:
+    if secret is None:
+        token = tmp_path / "token"
+        token.write_text(SECRET)
+        secret = {"oauth_token_file": str(token)}
+    given = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, **secret}
+    error = refused("ALLOW_CLEARTEXT_SASL", **given)
+    assert "in clear" in str(error) and "SASL_SSL" in str(error)
+    trusted = Settings.from_env(env(**given, allow_cleartext_sasl="true"))
+    assert trusted.kafka().security_protocol == "SASL_PLAINTEXT"
+    # over TLS the same mechanism needs no such word
+    assert Settings.from_env(env(**{**given, "security_protocol": "SASL_SSL"})).kafka().uses_ssl
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_over_sasl_plaintext_is_fine(mechanism: str) -> None:
+    s = Settings.from_env(
+        env(
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_username="u",
+            sasl_password=SECRET,
+        )
+    )
+    assert s.kafka().sasl_mechanism == mechanism
 
 
 def test_a_key_password_names_no_value() -> None:

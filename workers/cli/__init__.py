@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from topics.security import redaction
 from workers.bench.commands import bench
 from workers.cli import (
     acls,
@@ -48,6 +49,7 @@ def main(log_level: str | None) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
     )
+    redaction.install()  # --log-level debug shows aiokafka's requests, never SASL's bytes
     if logging.getLevelName(level) > logging.INFO:
         # A library's first run on a machine is not the user's business: matplotlib logs
         # "building the font cache" as a warning when that takes over five seconds.

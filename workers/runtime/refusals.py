@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from aiokafka import errors
 
 from topics.clients import KafkaConnection
+from topics.security.keyfiles import KeyPasswordMissing
+from topics.security.tokens import TokenFileError
 
 GRANT = "`groundstream acls --stage NAME --principal {principal} --apply` grants it"
 """How an ACL refusal is put right (the `acls` command writes the stage's ACLs)."""
@@ -124,9 +126,12 @@ def _certificate(e: BaseException, where: str, conn: KafkaConnection | None) -> 
     message = getattr(e, "verify_message", "") or getattr(e, "reason", "") or type(e).__name__
     if "mismatch" in str(message).lower() or "hostname" in str(message).lower():
         return (
+            # Never the hint to stop checking: that lets anyone with a certificate from
+            # the same CA stand in for the broker. The names are what is wrong.
             f"the certificate of Kafka at {where} does not name that host ({message}); "
-            "connect by a name it holds (GROUNDSTREAM_BOOTSTRAP_SERVERS), or set "
-            "GROUNDSTREAM_KAFKA_SSL_CHECK_HOSTNAME=false"
+            "fix the certificate's names: reissue it with every host clients connect by in "
+            "its subjectAltName (SAN), or connect by a name it holds "
+            "(GROUNDSTREAM_BOOTSTRAP_SERVERS)"
         )
     return (
         f"the certificate of Kafka at {where} is not trusted ({message}); set "
@@ -189,7 +194,14 @@ class Refusal:
         return bool(self.matches(e, conn))
 
 
+def _own(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
+    """Our side's own credentials could not be given (an empty token file, a key that
+    needs its password): the error's line already names the setting."""
+    return str(e)
+
+
 REFUSALS: tuple[Refusal, ...] = (
+    Refusal((TokenFileError, KeyPasswordMissing), _own),
     Refusal((errors.SaslAuthenticationFailed, errors.AuthenticationFailedError), _credentials),
     Refusal(errors.TopicAuthorizationFailedError, _acl("topic")),
     Refusal(errors.GroupAuthorizationFailedError, _acl("consumer group")),

@@ -25,6 +25,7 @@ from pipeline.guards.admission import WorkCaps
 from pipeline.policy.document import Policy, load_policy
 from topics.clients import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaConnection
 from topics.names import Topic
+from topics.security import keyfiles
 
 PREFIX = "GROUNDSTREAM_"
 MSK_SIGNER = "aws_msk_iam_sasl_signer"
@@ -197,6 +198,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "kafka_ssl_cert_file": (_existing_file, "a readable file"),
     "kafka_ssl_key_file": (_existing_file, "a readable file"),
     "kafka_ssl_check_hostname": (_flag, "true/false, 1/0 or yes/no"),
+    "kafka_allow_cleartext_sasl": (_flag, "true/false, 1/0 or yes/no"),
 }
 
 SECRET_FIELDS = frozenset(
@@ -366,6 +368,9 @@ class Settings:
     """The password of an encrypted GROUNDSTREAM_KAFKA_SSL_KEY_FILE."""
     kafka_ssl_check_hostname: bool = True
     """Whether the broker's certificate must name the host; the chain is verified either way."""
+    kafka_allow_cleartext_sasl: bool = False
+    """PLAIN or OAUTHBEARER over SASL_PLAINTEXT sends the password or token in clear: refused
+    at start-up unless this says the network is trusted (SCRAM never sends the password)."""
 
     def batch_size_for(self, stage: str) -> int:
         """The stage's batch: the one given, else the stage's default."""
@@ -612,6 +617,39 @@ def check_kafka(s: Settings) -> None:
             PREFIX + "KAFKA_SSL_KEY_PASSWORD",
             "(hidden)",
             "unset without GROUNDSTREAM_KAFKA_SSL_KEY_FILE",
+        )
+    # An encrypted key with no password: OpenSSL would ask on a terminal there is not.
+    if (
+        s.kafka_ssl_key_file
+        and not s.kafka_ssl_key_password
+        and keyfiles.encrypted_pem(s.kafka_ssl_key_file)
+    ):
+        raise SettingsError(
+            PREFIX + "KAFKA_SSL_KEY_PASSWORD",
+            "",
+            f"the password of {s.kafka_ssl_key_file}, which is encrypted",
+        )
+    _check_cleartext(s)
+
+
+CLEARTEXT_MECHANISMS = ("PLAIN", "OAUTHBEARER")
+"""Mechanisms whose secret crosses the wire as it is (SCRAM sends a proof, not the password)."""
+
+
+def _check_cleartext(s: Settings) -> None:
+    """PLAIN's password and OAUTHBEARER's token over SASL_PLAINTEXT can be read by anyone on
+    the path: only where GROUNDSTREAM_KAFKA_ALLOW_CLEARTEXT_SASL says the network is trusted."""
+    if (
+        s.kafka_security_protocol == "SASL_PLAINTEXT"
+        and s.kafka_sasl_mechanism in CLEARTEXT_MECHANISMS
+        and not s.kafka_allow_cleartext_sasl
+    ):
+        raise SettingsError(
+            PREFIX + "KAFKA_ALLOW_CLEARTEXT_SASL",
+            "false",
+            f"true to send {s.kafka_sasl_mechanism}'s "
+            f"{'token' if s.kafka_sasl_mechanism == 'OAUTHBEARER' else 'password'} in clear over "
+            "SASL_PLAINTEXT on a trusted network; else use SASL_SSL, or SCRAM-SHA-512",
         )
 
 
