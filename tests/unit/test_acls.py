@@ -134,9 +134,11 @@ def test_geometry_in_full() -> None:
 
 @pytest.mark.parametrize("stage", LOOPS)
 def test_a_loop_describes_every_topic_for_its_start_up_check(stage: str) -> None:
-    """`require_topics` lists the cluster's topics: only those it may Describe appear."""
+    """`require_topics` lists the cluster's topics: only those it may Describe appear; its
+    pod's init container (`topics create`) reads the settings of each (DescribeConfigs)."""
     acl = bindings(stage, "User:x", Names())
     assert topics(acl, Operation.DESCRIBE) == {spec.topic for spec in TOPIC_SPECS}
+    assert topics(acl, Operation.DESCRIBE_CONFIGS) == {spec.topic for spec in TOPIC_SPECS}
     assert len(of(acl, ResourceType.GROUP)) == 1
 
 
@@ -187,7 +189,7 @@ def test_the_group_and_transactional_prefix_are_the_loops_own(monkeypatch) -> No
 
 
 def test_a_malformed_principal_or_unknown_stage_is_refused() -> None:
-    with pytest.raises(ValueError, match="not a principal"):
+    with pytest.raises(ValueError, match="expected Type:name"):
         bindings("geometry", "geometry", Names())
     with pytest.raises(KeyError):
         bindings("sorter", "User:x", Names())
@@ -197,15 +199,18 @@ def test_a_malformed_principal_or_unknown_stage_is_refused() -> None:
 
 
 def test_kafka_acls_lines_one_per_resource() -> None:
-    acl = bindings("geometry", "User:CN=geo worker,O=acme", Names())
+    acl = bindings("geometry", "User:geo-worker.acme_1", Names())
     lines = kafka_acls(acl, "kafka:9092")
     argv = [shlex.split(line) for line in lines]
     start = ["kafka-acls.sh", "--bootstrap-server", "kafka:9092", "--add"]
     assert all(a[:4] == start for a in argv)
-    assert all(a[4:6] == ["--allow-principal", "User:CN=geo worker,O=acme"] for a in argv)
+    assert all(a[4:6] == ["--allow-principal", "User:geo-worker.acme_1"] for a in argv)
     assert len(lines) == len({(b.resource_type, b.name) for b in acl})
     candidates = next(a for a in argv if a[-2:] == ["--topic", "candidates"])
-    assert candidates[6:-2] == ["--operation", "Read", "--operation", "Describe"]
+    assert candidates[6:-2] == [
+        *("--operation", "Read", "--operation", "Describe"),
+        *("--operation", "DescribeConfigs"),
+    ]
     txn = next(a for a in argv if "--transactional-id" in a)
     assert txn[-4:] == [
         *("--transactional-id", "groundstream-geometry."),
@@ -227,7 +232,7 @@ def test_strimzi_kafka_user_reads_back() -> None:
     rules = user["spec"]["authorization"]["acls"]
     assert user["spec"]["authorization"]["type"] == "simple"
     by = {(r["resource"]["type"], r["resource"].get("name")): r for r in rules}
-    assert by["topic", "p.candidates"]["operations"] == ["Read", "Describe"]
+    assert by["topic", "p.candidates"]["operations"] == ["Read", "Describe", "DescribeConfigs"]
     assert by["topic", "p.candidates"]["resource"]["patternType"] == "literal"
     assert by["group", "p.groundstream-geometry"]["operations"] == ["Read"]
     assert by["transactionalId", "p.groundstream-geometry."]["resource"]["patternType"] == "prefix"
@@ -346,6 +351,34 @@ def test_a_wrong_option_is_one_line_naming_it(args: tuple[str, ...], option: str
     assert done.stderr.startswith(f"Error: {option}")
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--principal", "User:*", "--source", "docs"), "--principal 'User:*': expected Type:"),
+        (("--principal", "User:CN=g,O=a", "--source", "docs"), "--principal 'User:CN=g,O=a': "),
+        (("--principal", "User:g w", "--source", "docs"), "--principal 'User:g w': expected"),
+        (
+            ("--principal", "User:a", "--source", "docs", "--pass-through", "*"),
+            "--pass-through '*': expected a topic name of A-Z a-z 0-9 . _ - only, no wildcard",
+        ),
+        (("--principal", "User:a", "--source", "docs*"), "--source 'docs*': expected"),
+        (("--principal", "User:a", "--source", "d/x"), "--source 'd/x': expected"),
+    ],
+)
+def test_a_wildcard_or_odd_name_is_refused_before_apply(
+    args: tuple[str, ...], line: str, monkeypatch
+) -> None:
+    """`User:*` or a pass-through of `*` would grant every user or every topic: refused in
+    one line naming the value, and nothing is sent to the cluster."""
+    admin = FakeAdmin()
+    monkeypatch.setattr(acls, "admin_client", lambda settings: admin)
+    done = run("--stage", "attach", *args, "--apply")
+    assert done.exit_code == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith(f"Error: {line}"), done.stderr
+    assert admin.sent == []
+
+
 def test_apply_sends_one_request_and_closes(monkeypatch) -> None:
     admin = FakeAdmin()
     monkeypatch.setattr(acls, "admin_client", lambda settings: admin)
@@ -431,13 +464,19 @@ def test_attach_without_its_source_is_one_line_naming_the_option() -> None:
 
 
 def test_the_topics_job_creates_and_describes_every_topic_and_nothing_else() -> None:
-    """`topics create` (the Job, every worker's init container) lists the topics and
-    creates the missing ones: Create and Describe on each by name, no cluster-wide
-    Create, no group, no transactional id, no producer."""
+    """`topics create` (the Job, every worker's init container) lists the topics, reads
+    the settings of those that exist and creates the missing ones: Create, Describe and
+    DescribeConfigs on each by name, no cluster-wide Create, no group, no transactional
+    id, no producer."""
     acl = bindings("topics", "User:topics", Names("p."))
     every = {spec.topic for spec in TOPIC_SPECS}
     assert topics(acl, Operation.CREATE, "p.") == every
     assert topics(acl, Operation.DESCRIBE, "p.") == every
-    assert {b.operation for b in acl} == {Operation.CREATE, Operation.DESCRIBE}
+    assert topics(acl, Operation.DESCRIBE_CONFIGS, "p.") == every
+    assert {b.operation for b in acl} == {
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DESCRIBE_CONFIGS,
+    }
     assert {b.resource_type for b in acl} == {ResourceType.TOPIC}
     assert all(b.pattern_type is PatternType.LITERAL and b.name.startswith("p.") for b in acl)

@@ -85,8 +85,8 @@ def acls(
     try:
         bindings = for_stages(stages, principal, Names.of(settings, source, pass_through))
         user = kafka_user(bindings, principal, strimzi_cluster) if fmt == "strimzi" else None
-    except ValueError as exc:
-        raise usage(f"--principal {exc}") from None
+    except ValueError as exc:  # a name refused (`check_names`, `kafka_user`), in one line
+        raise usage(str(exc)) from None
     if apply_now:
         created = run_kafka(apply(settings, bindings))
         click.echo(f"created {created} ACL bindings for {principal}", err=True)

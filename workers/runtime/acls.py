@@ -23,10 +23,11 @@ restated:
 * `client` (`workers.clients.agent`) writes `candidates` and reads, without a group, the
   `outcomes` ledger it awaits outcomes on and `state` (`accepted`);
 * `topics` (`groundstream topics create`, as the Kubernetes Job runs it) lists the topics
-  (Describe) and creates those missing (Create on each topic by name, not on the
-  cluster): no group, no producer, nothing read or written. A worker pod's init
-  container runs the same command as its stage, whose Describe suffices once the topics
-  exist (before, it is refused and retried).
+  (Describe), checks the settings of those that exist (DescribeConfigs) and creates those
+  missing (Create on each topic by name, not on the cluster): no group, no producer,
+  nothing read or written. A worker pod's init container runs the same command as its
+  stage, whose Describe and DescribeConfigs suffice once the topics exist (before, it is
+  refused and retried).
 
 Every producer here is idempotent or transactional: IdempotentWrite on the cluster is
 granted with it. Kafka 3.0+ no longer requires it of an idempotent producer whose
@@ -87,6 +88,7 @@ class Operation(IntEnum):
     WRITE = 4
     CREATE = 5
     DESCRIBE = 8
+    DESCRIBE_CONFIGS = 10
     IDEMPOTENT_WRITE = 12
 
 
@@ -102,8 +104,13 @@ STAGES: tuple[str, ...] = (
 )
 """Every name `bindings` knows: the ladder's six, the recorder, review, dashboard, attach,
 client, and `topics` (who runs `topics create`)."""
-PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:\S.*")
-"""`Type:name`, as Kafka's authorizer writes principals (User:geometry, User:CN=…)."""
+PRINCIPAL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9._-]+")
+"""`Type:name`, as Kafka's authorizer writes principals (User:geometry). The name is plain
+on purpose: `User:*` is every user to Kafka, and a certificate's DN (`User:CN=…,O=…`) is
+mapped to a short name by the broker's `ssl.principal.mapping.rules`."""
+NAME = re.compile(r"[A-Za-z0-9._-]+")
+"""A topic name `acls` binds: Kafka's own topic characters, so never the wildcard `*`,
+which would grant the principal every topic."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -157,6 +164,9 @@ class Needs:
     writes: frozenset[Topic] = frozenset()
     describes: frozenset[Topic] = frozenset()
     creates: frozenset[Topic] = frozenset()
+    configs: frozenset[Topic] = frozenset()
+    """Topics whose settings it reads (DescribeConfigs): `topics create` checks those of
+    the topics that exist already."""
     group: str | None = None
     """Its consumer group (Read), when it consumes in one."""
     transactional: str | None = None
@@ -175,6 +185,7 @@ class Needs:
             self.writes | other.writes,
             self.describes | other.describes,
             self.creates | other.creates,
+            self.configs | other.configs,
             self.group or other.group,
             self.transactional or other.transactional,
             self.idempotent or other.idempotent,
@@ -197,10 +208,12 @@ def _source(row: StageRow) -> Topic:
 
 def _loop(stage: str, names: Names) -> Needs:
     """What every `StageLoop` started by the CLI needs: its group, its transactional
-    ids, the control topic, and every topic described (`require_topics`)."""
+    ids, the control topic, and every topic described (`require_topics`) with its settings
+    (its pod's init container runs `topics create`, which checks them)."""
     return Needs(
         reads=frozenset({Topic.CONTROL}),
         describes=EVERY_TOPIC,
+        configs=EVERY_TOPIC,
         group=names.group(stage),
         transactional=names.transactional(stage),
         idempotent=True,
@@ -284,16 +297,32 @@ def needs(stage: str, names: Names) -> Needs:
             writes=frozenset({Topic.CANDIDATES}),
             idempotent=True,
         )
-    if stage == TOPICS:  # `topics.admin.create_topics`: list, then create what is missing
-        return Needs(describes=EVERY_TOPIC, creates=EVERY_TOPIC)
+    if stage == TOPICS:  # `topics.admin.create_topics`: list, check what exists, create the rest
+        return Needs(describes=EVERY_TOPIC, creates=EVERY_TOPIC, configs=EVERY_TOPIC)
     raise KeyError(stage)
+
+
+def check_names(principal: str, names: Names) -> None:
+    """ValueError, one line naming the option and its value, for a principal or a topic
+    name that is a wildcard or holds more than A-Z a-z 0-9 . _ - (bindings are applied as
+    given: `User:*` or a pass-through of `*` would grant every user or every topic)."""
+    if not PRINCIPAL.fullmatch(principal):
+        raise ValueError(
+            f"--principal {principal!r}: expected Type:name with the name of A-Z a-z 0-9 . _ -"
+            " only, no wildcard (e.g. User:geometry; map a certificate's DN to such a name with"
+            " the broker's ssl.principal.mapping.rules)"
+        )
+    for option, value in (("--source", names.source), ("--pass-through", names.pass_through)):
+        if value is not None and not NAME.fullmatch(value):
+            raise ValueError(
+                f"{option} {value!r}: expected a topic name of A-Z a-z 0-9 . _ - only, no wildcard"
+            )
 
 
 def bindings(stage: str, principal: str, names: Names) -> list[AclBinding]:
     """The exact ALLOW bindings `principal` needs to run `stage`, sorted; KeyError for an
-    unknown stage, ValueError for a principal that is not `Type:name`."""
-    if not PRINCIPAL.fullmatch(principal):
-        raise ValueError(f"{principal!r} is not a principal (Type:name, e.g. User:geometry)")
+    unknown stage, ValueError for a principal or topic name `check_names` refuses."""
+    check_names(principal, names)
     n = needs(stage, names)
     out: set[AclBinding] = set()
 
@@ -308,6 +337,8 @@ def bindings(stage: str, principal: str, names: Names) -> list[AclBinding]:
         add(ResourceType.TOPIC, names.topic(topic), Operation.CREATE)
     for topic in n.reads | n.writes | n.describes | n.creates:
         add(ResourceType.TOPIC, names.topic(topic), Operation.DESCRIBE)
+    for topic in n.configs:
+        add(ResourceType.TOPIC, names.topic(topic), Operation.DESCRIBE_CONFIGS)
     for name in n.own_reads:
         add(ResourceType.TOPIC, name, Operation.READ)
     for name in n.own_writes:
@@ -349,6 +380,7 @@ _KAFKA_ACLS_OPERATION = {
     Operation.WRITE: "Write",
     Operation.CREATE: "Create",
     Operation.DESCRIBE: "Describe",
+    Operation.DESCRIBE_CONFIGS: "DescribeConfigs",
     Operation.IDEMPOTENT_WRITE: "IdempotentWrite",
 }
 """`kafka-acls.sh --operation` and Strimzi's `operations` spell them alike."""
@@ -397,7 +429,8 @@ def kafka_user(acls: Sequence[AclBinding], principal: str, cluster: str) -> dict
     kind, _, user = principal.partition(":")
     if kind != "User" or not KUBERNETES_NAME.fullmatch(user):
         raise ValueError(
-            f"{principal!r}: a KafkaUser is User:NAME, NAME lower-case letters, digits, - and ."
+            f"--principal {principal!r}: a KafkaUser is User:NAME, NAME lower-case letters,"
+            " digits, - and ."
         )
     rules = []
     for b, operations in grouped(acls):
