@@ -90,6 +90,15 @@ class TopicSpec:
             base["cleanup.policy"] = "compact"
         return base | self.configs
 
+    def kept_configs(self) -> dict[str, str]:
+        """The settings a topic made by someone else must still have, or lose data: a
+        table's compaction (delete would drop its entries with age, and `compact,delete`
+        too), no compaction of a stream (it would drop all but the last record of a key:
+        candidates of a session, links of the chain), and the retention this spec sets
+        (`audit`: kept until deleted)."""
+        policy = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        return policy | {k: v for k, v in self.configs.items() if k.startswith("retention.")}
+
 
 _SPECIAL: dict[Topic, TopicSpec] = {
     Topic.CONTROL: TopicSpec(Topic.CONTROL, compacted=True, fixed_partitions=1),

@@ -1,0 +1,76 @@
+"""`topics create` on the real broker with topics someone made beforehand: one whose
+setting would lose the ledger's or the chain's records is refused in one line naming the
+topic and the setting, and nothing is created; one made right (as `topics create` itself
+makes it) is left as it is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from topics import admin
+from topics.clients import KafkaConnection
+from topics.names import Topic
+
+from .harness import REPO_ROOT
+
+
+@pytest.mark.parametrize(
+    ("topic", "config", "line"),
+    [
+        (Topic.OUTCOMES, {"cleanup.policy": "delete"}, "cleanup.policy=delete, where"),
+        (Topic.SESSIONS, {"cleanup.policy": "compact,delete"}, "cleanup.policy=compact,delete"),
+        (Topic.AUDIT, {"retention.ms": "604800000"}, "retention.ms=604800000, where"),
+        (Topic.DECISIONS, {"cleanup.policy": "compact"}, "cleanup.policy=compact, where"),
+    ],
+)
+async def test_a_premade_topic_that_would_lose_records_is_refused(
+    kafka_bootstrap, topic_prefix, kafka_helpers, topic: Topic, config: dict, line: str
+) -> None:
+    name = topic.full(topic_prefix)
+    await kafka_helpers.create_topics(kafka_bootstrap, [name], config=config)
+    conn = KafkaConnection(kafka_bootstrap)
+    with pytest.raises(admin.TopicConfigMismatch) as refused:
+        await admin.create_topics(conn, topic_prefix, 1, 1)
+    message = str(refused.value)
+    assert message.startswith(f"topic {name} exists with {line}")
+    assert "\n" not in message
+    # refused before anything was created: only the pre-made topic is there
+    assert await admin.missing_topics(conn, topic_prefix) == [
+        t.full(topic_prefix) for t in Topic if t is not topic
+    ]
+
+
+async def test_topics_made_right_are_left_as_they_are(kafka_bootstrap, topic_prefix) -> None:
+    conn = KafkaConnection(kafka_bootstrap)
+    first = await admin.create_topics(conn, topic_prefix, 1, 1)
+    assert set(first.values()) == {"created"}
+    again = await admin.create_topics(conn, topic_prefix, 1, 1)
+    assert set(again.values()) == {"exists"} and set(again) == set(first)
+
+
+async def test_the_command_refuses_in_one_line(
+    kafka_bootstrap, topic_prefix, kafka_helpers
+) -> None:
+    name = Topic.OUTCOMES.full(topic_prefix)
+    await kafka_helpers.create_topics(kafka_bootstrap, [name])  # the broker's default: delete
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
+    env |= {
+        "GROUNDSTREAM_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "GROUNDSTREAM_TOPIC_PREFIX": topic_prefix,
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "topics", "create"],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"groundstream: topic {name} exists with cleanup.policy=delete, where groundstream "
+        "needs cleanup.policy=compact or it loses records; set it (kafka-configs.sh --alter "
+        f"--entity-type topics --entity-name {name} --add-config cleanup.policy=compact) or "
+        "delete the topic, then run `groundstream topics create` again"
+    ]
