@@ -1,10 +1,10 @@
 """The deployment files and the worker's settings say the same thing.
 
 deploy/README.md promises that `compose/.env.example` and `k8s/configmap.yaml` (with
-`k8s/secret.yaml`) list every setting, and a worker refuses a bad value at start-up: a
-setting added to `workers/runtime/settings.py` but not to them, a misspelt variable in
-them (silently ignored by the worker), or a shipped value the worker would refuse, each
-fails here instead of in someone's cluster.
+`k8s/secret.yaml`, one Secret per principal) list every setting, and a worker refuses a
+bad value at start-up: a setting added to `workers/runtime/settings.py` but not to them, a
+misspelt variable in them (silently ignored by the worker), or a shipped value the worker
+would refuse, each fails here instead of in someone's cluster.
 """
 
 from __future__ import annotations
@@ -21,9 +21,16 @@ from workers.runtime.settings import PREFIX, SECRET_FIELDS, Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
-READ_OUTSIDE_SETTINGS = {"GROUNDSTREAM_ONNX_DIR", "GROUNDSTREAM_AUDIT_KEY"}
+READ_OUTSIDE_SETTINGS = {
+    "GROUNDSTREAM_ONNX_DIR",
+    "GROUNDSTREAM_AUDIT_KEY",
+    "GROUNDSTREAM_SIGNING_KEY_FILE",
+    "GROUNDSTREAM_TRUSTED_KEYS_DIR",
+}
 """Variables the code reads directly: the encoder's exported graph, named by the image, and
-the audit chain's key (`workers.runtime.audit`), in the Secret and .env.example."""
+the audit chain's key (`workers.runtime.audit`), in the Secret and .env.example; and the
+per-stage signing key and trusted public keys (`topics/security/`'s keys, written beside
+this work), which the Kubernetes manifests mount."""
 
 
 def _named(text: str) -> set[str]:
@@ -37,6 +44,12 @@ def _env_file(path: Path) -> dict[str, str]:
 
 def _k8s(name: str) -> dict:
     return yaml.safe_load((DEPLOY / "k8s" / name).read_text())
+
+
+def _secrets() -> dict[str, dict[str, str]]:
+    """k8s/secret.yaml: each principal's Secret, by name → its keys and values."""
+    docs = yaml.safe_load_all((DEPLOY / "k8s" / "secret.yaml").read_text())
+    return {d["metadata"]["name"]: d["stringData"] for d in docs if d}
 
 
 def _compose() -> dict:
@@ -61,8 +74,10 @@ def test_no_deploy_file_names_a_variable_nothing_reads() -> None:
     assert env_example <= SETTINGS | READ_OUTSIDE_SETTINGS
 
 
-def test_the_shipped_k8s_values_start_a_worker() -> None:
-    env = {**_k8s("configmap.yaml")["data"], **_k8s("secret.yaml")["stringData"]}
+@pytest.mark.parametrize("secret", sorted(_secrets()))
+def test_the_shipped_k8s_values_start_a_worker(secret: str) -> None:
+    variables = {k: v for k, v in _secrets()[secret].items() if k.startswith(PREFIX)}
+    env = {**_k8s("configmap.yaml")["data"], **variables}
     assert all(isinstance(v, str) for v in env.values())  # a bare number is not a string
     settings = Settings.from_env(env)
     assert settings.encoder_backend == "onnx"  # the image carries no torch
@@ -84,20 +99,22 @@ def test_a_misspelt_variable_would_be_caught() -> None:
 def test_credentials_live_in_the_secret_never_in_the_configmap() -> None:
     secrets = {PREFIX + name.upper() for name in SECRET_FIELDS}
     assert secrets & set(_k8s("configmap.yaml")["data"]) == set()
-    assert {
-        PREFIX + "KAFKA_SASL_PASSWORD",
-        PREFIX + "KAFKA_SSL_KEY_PASSWORD",
-        PREFIX + "AUDIT_KEY",
-    } | secrets <= set(_k8s("secret.yaml")["stringData"])
+    held = {key for keys in _secrets().values() for key in keys}
+    # the SASL password is each Secret's `sasl.password` file, never a variable
+    file_read = {PREFIX + "KAFKA_SASL_PASSWORD"}
+    assert PREFIX + "KAFKA_SASL_PASSWORD" not in held
+    assert all("sasl.password" in keys for keys in _secrets().values())
+    assert {PREFIX + "KAFKA_SSL_KEY_PASSWORD", PREFIX + "AUDIT_KEY"} | secrets - file_read <= held
     shipped = _env_file(DEPLOY / "compose" / ".env.example")
     assert {k: v for k, v in shipped.items() if k in secrets and v} == {}  # blank: in .env
 
 
 def test_every_pod_that_talks_to_kafka_can_read_the_credentials() -> None:
-    """`topics create` (the Job, each worker's init container) needs the SASL password as
-    much as the worker: every container that loads the settings takes the Kafka passwords
-    from the Secret too (key by key: each container gets only the secrets it uses)."""
-    kafka = {PREFIX + "KAFKA_SASL_PASSWORD", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
+    """`topics create` (the Job, each worker's init container) needs the SASL credentials
+    as much as the worker: every container that loads the settings takes its user and TLS
+    key password from its Secret too (key by key: each container gets only the secrets it
+    uses) and mounts the password file (tests/unit/test_k8s_manifests.py checks whose)."""
+    kafka = {PREFIX + "KAFKA_SASL_USERNAME", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
     for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
@@ -110,3 +127,5 @@ def test_every_pod_that_talks_to_kafka_can_read_the_credentials() -> None:
                         if "secretKeyRef" in e.get("valueFrom", {})
                     }
                     assert kafka <= from_secret, (path.name, container["name"])
+                    mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+                    assert "/etc/groundstream/kafka" in mounts, (path.name, container["name"])

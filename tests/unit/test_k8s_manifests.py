@@ -6,9 +6,13 @@ every manifest; every stage of the ladder and the audit recorder runs as a State
 (never a Deployment) whose `serviceName` is a headless Service that selects its pods and
 no others; every stage's GROUNDSTREAM_INSTANCE_ID is its pod's name (downward API),
 the identity `StageLoop.member_id` makes its transactional id and static group member id
-of; every variable taken from a Secret names a key secret.yaml holds, and each container
-takes only the secrets it uses; every GROUNDSTREAM_* variable a manifest names is a
-setting of workers/runtime/settings.py (or the audit key, read beside it).
+of; every principal (each stage, the recorder, the dashboard, the topics Job) has a
+Secret of its own and each pod references only its own: its SASL user, its password and
+signing key as files (never environment values), the public keys of every signer from the
+`groundstream-trusted-keys` ConfigMap where signatures are checked; every variable taken
+from a Secret names a key that Secret holds, and each container takes only the secrets it
+uses; every GROUNDSTREAM_* variable a manifest names is a setting of
+workers/runtime/settings.py (or the audit key, read beside it, or the signing keys').
 
 Not checked: the full OpenAPI schema of each kind (unknown or misspelt fields deeper than
 the ones named here, value types, quantities' syntax beyond memory). kubeconform would
@@ -42,7 +46,9 @@ from workers.stages.terminal import TerminalStage
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
-KNOWN_VARIABLES = SETTINGS | {KEY_ENV}
+SIGNING_KEY_FILE, TRUSTED_KEYS_DIR = PREFIX + "SIGNING_KEY_FILE", PREFIX + "TRUSTED_KEYS_DIR"
+"""The per-stage signing settings (`topics/security/`'s keys, written beside this work)."""
+KNOWN_VARIABLES = SETTINGS | {KEY_ENV, SIGNING_KEY_FILE, TRUSTED_KEYS_DIR}
 KINDS = {
     ("v1", "Namespace"),
     ("v1", "ConfigMap"),
@@ -53,9 +59,19 @@ KINDS = {
 }
 WORKERS = (*STAGE_NAMES, RECORDER)
 """Every long-running process the manifests deploy: the six stages and the recorder."""
-KAFKA_SECRETS = {PREFIX + "KAFKA_SASL_PASSWORD", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
+KAFKA_SECRETS = {PREFIX + "KAFKA_SASL_USERNAME", PREFIX + "KAFKA_SSL_KEY_PASSWORD"}
+"""From the environment: the user (not a secret, kept beside its password) and a TLS key's
+password (no setting reads it from a file). The SASL password is a mounted file."""
+PRINCIPALS = (*WORKERS, "dashboard", "topics")
+"""Every principal with a Secret of its own: the dashboard's is for `groundstream dashboard`
+and `review`, run where the user chooses (no manifest here deploys them)."""
+SIGNERS = (*WORKERS, "dashboard")
+"""Those that sign what they write: every principal but `topics create`, which writes none."""
+TRUSTING = ("terminal", "recorder")
+"""The deployed readers that check who signed what (and the dashboard, not deployed)."""
+PASSWORD_FILE = "/etc/groundstream/kafka/sasl.password"
 SECRETS_OF: dict[str, set[str]] = {
-    "topics": KAFKA_SECRETS,  # the Job and every init container
+    "topics": KAFKA_SECRETS,  # the Job and every init container (each its pod's principal)
     "geometry": KAFKA_SECRETS | {PREFIX + "STAGE_KEY"},
     "switch": KAFKA_SECRETS | {PREFIX + "STAGE_KEY", PREFIX + "JUDGE_API_KEY"},
     "consistency": KAFKA_SECRETS | {PREFIX + "STAGE_KEY", PREFIX + "SAMPLER_API_KEY"},
@@ -216,22 +232,73 @@ async def test_the_pod_name_is_both_the_transactional_id_and_the_static_member_i
 def test_no_pod_gets_an_instance_id_from_the_configmap() -> None:
     """One value for every replica would give them one identity: they would fence each
     other for ever."""
-    data = yaml.safe_load((K8S / "configmap.yaml").read_text())["data"]
-    assert PREFIX + "INSTANCE_ID" not in data
+    assert PREFIX + "INSTANCE_ID" not in _settings_configmap()
+
+
+def _secrets() -> dict[str, dict[str, str]]:
+    """Secret name → its keys and (placeholder) values."""
+    return {d["metadata"]["name"]: d["stringData"] for d in _of_kind("Secret")}
+
+
+def _settings_configmap() -> dict[str, str]:
+    (configmap,) = [
+        c for c in _of_kind("ConfigMap") if c["metadata"]["name"] == "groundstream-settings"
+    ]
+    return configmap["data"]
+
+
+def _pod_of(principal: str) -> dict[str, Any]:
+    """The pod template of `principal`: its StatefulSet, or the topics Job."""
+    if principal == "topics":
+        (job,) = _of_kind("Job")
+        return job["spec"]["template"]["spec"]
+    return _worker(principal)["spec"]["template"]["spec"]
+
+
+def _secret_names(pod: dict[str, Any]) -> set[str]:
+    """Every Secret a pod references: by env, envFrom or volume."""
+    names = {v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                names.add(ref["name"])
+        names |= {r["secretRef"]["name"] for r in container.get("envFrom", []) if "secretRef" in r}
+    return names
+
+
+def _mounted(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Mount path → the volume mounted there, for one container of `pod`."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    return {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
+
+
+def test_every_principal_has_a_secret_of_its_own() -> None:
+    assert set(_secrets()) == {f"groundstream-{p}" for p in PRINCIPALS}
+
+
+@pytest.mark.parametrize("principal", [*WORKERS, "topics"])
+def test_each_pod_references_only_its_own_secret(principal: str) -> None:
+    """A pod's credentials act as its own stage only: one principal, one key, per stage."""
+    assert _secret_names(_pod_of(principal)) == {f"groundstream-{principal}"}
 
 
 def test_every_secret_reference_names_a_key_of_the_secret() -> None:
-    (secret,) = _of_kind("Secret")
-    keys = set(secret["stringData"])
+    secrets = _secrets()
     for owner, container in _containers():
         for env in container.get("env", []):
             ref = env.get("valueFrom", {}).get("secretKeyRef")
             if ref is None:
                 continue
-            assert ref["name"] == secret["metadata"]["name"], (owner, env["name"])
-            assert ref["key"] in keys, (owner, env["name"])
+            assert ref["name"] in secrets, (owner, env["name"])
+            assert ref["key"] in secrets[ref["name"]], (owner, env["name"])
             assert ref["key"] == env["name"], (owner, env["name"])  # the setting it names
         assert not any("secretRef" in r for r in container.get("envFrom", [])), owner
+    for owner, spec in _pod_specs():
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                keys = secrets[volume["secret"]["secretName"]]
+                assert {i["key"] for i in volume["secret"]["items"]} <= set(keys), owner
 
 
 def test_each_container_sees_only_the_secrets_it_uses() -> None:
@@ -242,10 +309,69 @@ def test_each_container_sees_only_the_secrets_it_uses() -> None:
         assert taken == SECRETS_OF[container["name"]], (owner, container["name"])
 
 
+@pytest.mark.parametrize("principal", [*WORKERS, "topics"])
+def test_the_password_and_the_signing_key_are_files_never_environment_values(
+    principal: str,
+) -> None:
+    """Every container that talks to Kafka (the init container and the Job too) reads its
+    password from a file of its own Secret at GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE's
+    path; only the main container of a signer mounts its signing key."""
+    pod = _pod_of(principal)
+    own = f"groundstream-{principal}"
+    assert _settings_configmap()[PREFIX + "KAFKA_SASL_PASSWORD_FILE"] == ""  # set with SASL
+    configmap_text = (K8S / "configmap.yaml").read_text()
+    assert f'KAFKA_SASL_PASSWORD_FILE: "{PASSWORD_FILE}"' in configmap_text
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        names = {e["name"] for e in container.get("env", [])}
+        assert PREFIX + "KAFKA_SASL_PASSWORD" not in names, container["name"]
+        mounted = _mounted(pod, container)
+        directory, file = PASSWORD_FILE.rsplit("/", 1)
+        volume = mounted[directory]
+        assert volume["secret"]["secretName"] == own
+        assert [i["path"] for i in volume["secret"]["items"]] == [file]
+        signs = container in pod["containers"] and principal in SIGNERS
+        env = {e["name"]: e for e in container.get("env", [])}
+        keyed = [
+            v
+            for v in mounted.values()
+            if "secret" in v and any(i["key"] == "signing.key" for i in v["secret"]["items"])
+        ]
+        if not signs:
+            assert SIGNING_KEY_FILE not in env and keyed == [], container["name"]
+            continue
+        path = env[SIGNING_KEY_FILE]["value"]
+        directory, file = path.rsplit("/", 1)
+        volume = mounted[directory]
+        assert volume["secret"]["secretName"] == own
+        assert volume["secret"]["items"] == [{"key": "signing.key", "path": file}]
+
+
+@pytest.mark.parametrize("principal", WORKERS)
+def test_the_trusted_keys_reach_the_readers_that_check_signatures(principal: str) -> None:
+    pod = _pod_of(principal)
+    (main,) = pod["containers"]
+    env = {e["name"]: e for e in main["env"]}
+    if principal not in TRUSTING:
+        assert TRUSTED_KEYS_DIR not in env
+        return
+    volume = _mounted(pod, main)[env[TRUSTED_KEYS_DIR]["value"]]
+    assert volume["configMap"]["name"] == "groundstream-trusted-keys"
+    (trusted,) = [
+        c for c in _of_kind("ConfigMap") if c["metadata"]["name"] == "groundstream-trusted-keys"
+    ]
+    assert set(trusted["data"]) == {f"{signer}.pub" for signer in SIGNERS}
+
+
+def test_every_signer_has_a_signing_key_in_its_secret() -> None:
+    secrets = _secrets()
+    for principal in PRINCIPALS:
+        assert ("signing.key" in secrets[f"groundstream-{principal}"]) is (principal in SIGNERS)
+
+
 def test_every_variable_a_manifest_names_is_a_known_setting() -> None:
-    (configmap,) = _of_kind("ConfigMap")
-    (secret,) = _of_kind("Secret")
-    named = set(configmap["data"]) | set(secret["stringData"])
+    named = set(_settings_configmap())
+    for keys in _secrets().values():
+        named |= {k for k in keys if k.startswith(PREFIX)}
     for _, container in _containers():
         named |= {e["name"] for e in container.get("env", []) if e["name"].startswith(PREFIX)}
     assert named - KNOWN_VARIABLES == set()
