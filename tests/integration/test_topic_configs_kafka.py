@@ -1,21 +1,29 @@
 """`topics create` on the real broker with topics someone made beforehand: one whose
 setting would lose the ledger's or the chain's records is refused in one line naming the
 topic and the setting, and nothing is created; one made right (as `topics create` itself
-makes it) is left as it is."""
+makes it) is left as it is. On three nodes with replication 3, each topic it creates has
+min.insync.replicas=2 of its own (not only the brokers' default)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from topics import admin
 from topics.clients import KafkaConnection
 from topics.names import Topic
 
-from .harness import REPO_ROOT
+from .harness import REPO_ROOT, BrokerStartError, LocalCluster, three_node_cluster
+
+DYNAMIC_TOPIC_CONFIG = 1
+"""DescribeConfigs v1+'s config source of a setting made on the topic itself."""
 
 
 @pytest.mark.parametrize(
@@ -74,3 +82,39 @@ async def test_the_command_refuses_in_one_line(
         f"--entity-type topics --entity-name {name} --add-config cleanup.policy=compact) or "
         "delete the topic, then run `groundstream topics create` again"
     ]
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Iterator[LocalCluster]:
+    try:
+        with three_node_cluster(tmp_path / "kafka") as cluster:
+            yield cluster
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+async def test_replication_three_sets_min_insync_replicas_two_on_each_topic(
+    three: LocalCluster,
+) -> None:
+    prefix = f"isr-{uuid.uuid4().hex[:6]}."
+    conn = KafkaConnection(three.bootstrap)
+    report = await admin.create_topics(conn, prefix, 1, 3)
+    assert set(report.values()) == {"created"}
+    client = admin.clients.admin(conn)
+    await client.start()
+    try:
+        names = [t.full(prefix) for t in Topic]
+        (response,) = await client.describe_configs(
+            [
+                ConfigResource(ConfigResourceType.TOPIC, n, {"min.insync.replicas": None})
+                for n in names
+            ]
+        )
+    finally:
+        await client.close()
+    assert response.API_VERSION >= 1  # a config source, not only "is default"
+    found = {name: entries for _code, _msg, _kind, name, entries in response.resources}
+    assert set(found) == set(names)
+    for name, entries in found.items():
+        ((key, value, _read_only, source, *_),) = entries
+        assert (key, value, source) == ("min.insync.replicas", "2", DYNAMIC_TOPIC_CONFIG), name
