@@ -19,26 +19,24 @@ SECRET_BEARING = ("SaslAuthenticate",)
 response (the server's challenge, which SCRAM's proof answers)."""
 
 
-def _hidden(arg: object) -> object:
+def _secret_bearing(arg: object) -> bool:
     # By the class's name and module, not isinstance: the CLI installs the filter before
     # (and without) importing aiokafka, which keeps `groundstream --help` light.
     kind = type(arg)
-    if kind.__module__.startswith("aiokafka.protocol") and kind.__name__.startswith(SECRET_BEARING):
-        return f"{kind.__name__}(<redacted>)"
-    return arg
+    return kind.__module__.startswith("aiokafka.protocol") and kind.__name__.startswith(
+        SECRET_BEARING
+    )
 
 
 class RedactSasl(logging.Filter):
     """Replaces each SASL authentication message among a record's arguments by its name."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(map(_is_secret, record.args)):
-            record.args = tuple(_hidden(a) for a in record.args)
+        if isinstance(record.args, tuple) and any(map(_secret_bearing, record.args)):
+            record.args = tuple(
+                f"{type(a).__name__}(<redacted>)" if _secret_bearing(a) else a for a in record.args
+            )
         return True
-
-
-def _is_secret(arg: object) -> bool:
-    return _hidden(arg) is not arg
 
 
 _FILTER = RedactSasl()
