@@ -166,7 +166,26 @@ def _toml(annotation: str) -> str:
         return "list of strings"
     if base not in TOML_TYPES:
         raise ValueError(f"policy field type {annotation!r}: add its TOML type to TOML_TYPES")
-    return TOML_TYPES[base]
+    choices = _enum_choices().get(base)
+    return f"{TOML_TYPES[base]}: {_one_of(choices)}" if choices else TOML_TYPES[base]
+
+
+def _one_of(choices: Iterable[str]) -> str:
+    return "one of " + ", ".join(f"`{c}`" for c in choices)
+
+
+def _enum_choices() -> dict[str, tuple[str, ...]]:
+    """An enum-typed policy field's annotation → the values its parser accepts, read from
+    the enums and the parsers' own sets, so a value the code takes is never left out."""
+    from pipeline.judge.budget import OverBudget
+    from pipeline.policy.routing import Mode
+    from pipeline.rungs.grounding_switch import ON_REJECT_ACTIONS
+
+    return {
+        "Mode": tuple(m.value for m in Mode),
+        "SwitchAction": tuple(sorted(a.value for a in ON_REJECT_ACTIONS)),
+        "OverBudget": tuple(o.value for o in OverBudget),
+    }
 
 
 # -- the CLI ------------------------------------------------------------------------------
@@ -261,7 +280,7 @@ def policy_page() -> Page:
     from pipeline.judge.budget import ROUTE_KEYS, JudgeBudget
     from pipeline.judge.question import JudgeConfig
     from pipeline.policy import document
-    from pipeline.policy.routing import RouteConfig
+    from pipeline.policy.routing import BELOW_REVIEW_CHOICES, RouteConfig
     from pipeline.rungs.rule_checks import RulesConfig
     from pipeline.rungs.self_consistency import ConsistencyConfig
 
@@ -273,14 +292,22 @@ def policy_page() -> Page:
         tuple(Row(f"[{name}]", (), meaning) for name, meaning in document.SECTIONS.items()),
     )
     loose: dict[str, list[Row]] = {}
+    typed = {"switch.on_reject": _toml("SwitchAction")}  # a loose key parsed as an enum
     for dotted, key in document.KEYS.items():
         section, name = dotted.split(".", 1)
-        loose.setdefault(section, []).append(Row(name, (key.type, _code(key.default)), key.meaning))
+        kind = typed.get(dotted, key.type)
+        loose.setdefault(section, []).append(Row(name, (kind, _code(key.default)), key.meaning))
     tables = [Table(f"[{section}]", "", columns, tuple(rows)) for section, rows in loose.items()]
     budget = {f.name: f for f in dataclasses.fields(JudgeBudget)}
     budget_doc = _docs("pipeline.judge.budget", "JudgeBudget")
-    route_rows = _field_rows(
-        RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget"), kind=_toml
+    route_rows = tuple(
+        # a string key its validator holds to a set of its own
+        dataclasses.replace(row, cells=(f"string: {_one_of(BELOW_REVIEW_CHOICES)}", row.cells[1]))
+        if row.name == "below_review_with_judge"
+        else row
+        for row in _field_rows(
+            RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget"), kind=_toml
+        )
     ) + tuple(
         Row(
             key, (_toml(str(budget[field].type)), _code(_default(budget[field]))), budget_doc(field)
