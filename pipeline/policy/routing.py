@@ -56,7 +56,7 @@ class RouteConfig:
     deadline_seconds: float | None = None
     """Seconds from entering the ladder to a decision; past it, review. Unset: none."""
     on_reject: SwitchAction = SwitchAction.FALLBACK
-    """Where this route's answers below the review cut go (`escalate`: to the ladder's next rung)."""
+    """Where this route's answers below the review cut go (`escalate`: up the ladder)."""
     latch_escalation: bool = False
     """Keep a session's turn hold across user turns too (not in shadow mode)."""
     breaker_threshold: int = 5
