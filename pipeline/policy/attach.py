@@ -64,7 +64,8 @@ FIELD_MEANINGS: Mapping[str, str] = {
     "question": "The question (required: a message with a response but none is dead-lettered).",
     "context": "The sources the answer must rest on: everything every selector yields.",
     "response": "The answer to verify; a message without one is passed through, not a candidate.",
-    "route": "The route the candidate is decided by; not found: the default route.",
+    "route": "The route the candidate is decided by; not found: as for any candidate (the "
+    "route serving its task, else the default).",
 }
 """Each candidate field `[attach.fields]` may map, and what it becomes."""
 FIELDS = tuple(FIELD_MEANINGS)
