@@ -59,7 +59,8 @@ def test_every_refusal_points_to_an_entry_of_the_troubleshooting_page() -> None:
     }
     for refusal in REFUSALS:
         assert refusal.anchor in headings, refusal.anchor
-    assert "topics-missing" in headings  # the runner's line for missing topics points there
+    for anchor in ("topics-missing", "cannot-reach-kafka"):  # the lines of runner and CLI
+        assert anchor in headings, anchor
 
 
 @pytest.mark.parametrize(
@@ -173,7 +174,8 @@ def test_one_line_keeps_the_unreachable_line(monkeypatch: pytest.MonkeyPatch) ->
             monkeypatch.delenv(name)
     monkeypatch.setenv("GROUNDSTREAM_BOOTSTRAP_SERVERS", "127.0.0.1:1")
     assert one_line(errors.KafkaConnectionError("Unable to bootstrap")) == (
-        "cannot reach Kafka at 127.0.0.1:1 (GROUNDSTREAM_BOOTSTRAP_SERVERS): KafkaConnectionError",
+        "cannot reach Kafka at 127.0.0.1:1 (GROUNDSTREAM_BOOTSTRAP_SERVERS): KafkaConnectionError"
+        + see("cannot-reach-kafka"),
         2,
     )
     line, status = one_line(errors.TopicAuthorizationFailedError("t"))

@@ -138,7 +138,7 @@ def one_line(exc: BaseException) -> tuple[str, int] | None:
 
     from pipeline.errors import GroundstreamError
     from workers.runtime.kafka_tools import UnknownTopic
-    from workers.runtime.refusals import kafka_refusal
+    from workers.runtime.refusals import TROUBLESHOOTING, kafka_refusal
     from workers.runtime.runner import TopicsMissing
 
     if isinstance(exc, UnknownTopic | TopicsMissing):
@@ -151,7 +151,7 @@ def one_line(exc: BaseException) -> tuple[str, int] | None:
             return refused, EXIT_KAFKA
         return (
             f"cannot reach Kafka at {_bootstrap()} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
-            f"{type(exc).__name__}",
+            f"{type(exc).__name__}; see {TROUBLESHOOTING}#cannot-reach-kafka",
             EXIT_KAFKA,
         )
     if isinstance(exc, GroundstreamError):

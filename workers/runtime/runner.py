@@ -48,7 +48,8 @@ def require_topics(settings: Settings, stage: str | None = None) -> None:
         raise TopicsMissing(
             refused
             or f"cannot reach Kafka at {settings.bootstrap_servers} "
-            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}"
+            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}; "
+            f"see {TROUBLESHOOTING}#cannot-reach-kafka"
         ) from None
     if missing:
         raise TopicsMissing(
