@@ -221,8 +221,7 @@ CARRIES: Mapping[Topic, str] = MappingProxyType(
         Topic.DECISIONS_PUBLIC: "the public projection of each decision record",
     }
 )
-"""What the value of each topic's messages is (the key is the session id on all but
-`concluded`, `outcomes` and `control`)."""
+"""What the value of each topic's messages is (docs/reference/records.md prints it)."""
 
 HEADERS: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
