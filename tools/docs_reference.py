@@ -571,9 +571,9 @@ def records_page() -> Page:
         (
             Table(
                 "Which topic carries what",
-                "The value of each topic's messages. On the topics a candidate travels, `decisions` and "
-                "`deadletter`, the key is the candidate's session id, so a session stays in "
-                "order on one partition.",
+                "The value of each topic's messages. On the topics a candidate travels, "
+                "`decisions` and `deadletter`, the key is the candidate's session id, so a "
+                "session stays in order on one partition.",
                 ("topic", "value"),
                 tuple(Row(t.value, (), contracts.CARRIES[t]) for t in Topic),
             ),
