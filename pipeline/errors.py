@@ -40,7 +40,31 @@ GroundstreamError
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
+
+EXIT_REFUSED = 1
+EXIT_KAFKA = 2
+EXIT_FENCED = 3
+
+EXIT_CODES: Mapping[int, str] = MappingProxyType(
+    {
+        0: "Done; for a check (`audit verify`, `probe`, `determinism`, `wait-ready`, `produce`):"
+        " it passed.",
+        EXIT_REFUSED: "groundstream refused what it was given: a bad file, setting, policy or"
+        " path (one line names it), or a check failed: `audit verify` found the log not intact,"
+        " `probe` found the endpoint not usable, `determinism` found a decision that differs,"
+        " `wait-ready` timed out, `produce` left out lines the ladder would dead-letter.",
+        EXIT_KAFKA: "Kafka: the broker cannot be reached, refused the connection (credentials,"
+        " certificate, an ACL) or lacks the ladder's topics; a worker gave up after the broker"
+        " stayed away; or click refused the command line (an unknown command or option).",
+        EXIT_FENCED: "A worker stopped because another worker started under its instance id"
+        " (GROUNDSTREAM_INSTANCE_ID) and fenced it; nothing of its open batch was committed.",
+    }
+)
+"""The exit status of every `groundstream` command and worker, and what each means:
+`workers.cli.base.one_line` and `workers.runtime.runner.run_stage` exit with these."""
 
 
 class GroundstreamError(Exception):

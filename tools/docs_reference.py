@@ -20,7 +20,7 @@ import enum
 import inspect
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,8 @@ def items_of(text: str) -> dict[str, str]:
             heading = line[3:].strip()
         elif line.startswith("| `"):
             cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            out[f"{heading}: {cells[0].strip('`')}"] = cells[-1]
+            unescaped = [c.replace("\\|", "|") for c in cells]  # as `_cell` escaped them
+            out[f"{heading}: {unescaped[0].strip('`')}"] = unescaped[-1]
     return out
 
 
@@ -166,7 +167,26 @@ def _toml(annotation: str) -> str:
         return "list of strings"
     if base not in TOML_TYPES:
         raise ValueError(f"policy field type {annotation!r}: add its TOML type to TOML_TYPES")
-    return TOML_TYPES[base]
+    choices = _enum_choices().get(base)
+    return f"{TOML_TYPES[base]}: {_one_of(choices)}" if choices else TOML_TYPES[base]
+
+
+def _one_of(choices: Iterable[str]) -> str:
+    return "one of " + ", ".join(f"`{c}`" for c in choices)
+
+
+def _enum_choices() -> dict[str, tuple[str, ...]]:
+    """An enum-typed policy field's annotation → the values its parser accepts, read from
+    the enums and the parsers' own sets, so a value the code takes is never left out."""
+    from pipeline.judge.budget import OverBudget
+    from pipeline.policy.routing import Mode
+    from pipeline.rungs.grounding_switch import ON_REJECT_ACTIONS
+
+    return {
+        "Mode": tuple(m.value for m in Mode),
+        "SwitchAction": tuple(sorted(a.value for a in ON_REJECT_ACTIONS)),
+        "OverBudget": tuple(o.value for o in OverBudget),
+    }
 
 
 # -- the CLI ------------------------------------------------------------------------------
@@ -176,7 +196,10 @@ def _param_row(param: click.Parameter) -> Row:
     if isinstance(param, click.Argument):
         many = " (one or more)" if param.nargs == -1 else ""
         kind = "required" if param.required else "optional"
-        return Row(param.human_readable_name, (param.type.name, ""), f"{kind} argument{many}")
+        shown = param.type.name
+        if isinstance(param.type, click.Choice):  # the choices the command itself takes
+            shown = "one of " + ", ".join(f"`{c}`" for c in param.type.choices)
+        return Row(param.human_readable_name, (shown, ""), f"{kind} argument{many}")
     assert isinstance(param, click.Option)
     names = ", ".join([*param.opts, *param.secondary_opts])
     kind = "flag" if param.is_flag else param.type.name
@@ -206,14 +229,22 @@ def _commands(group: click.Command, path: str) -> Iterable[Table]:
 
 
 def cli_page() -> Page:
+    from pipeline.errors import EXIT_CODES
     from workers.cli import main
 
+    exits = Table(
+        "Exit status",
+        "Every command and worker exits with one of these; a failure a user can cause is "
+        "one line on stderr, never a traceback ([troubleshooting](../how-to/troubleshooting.md)).",
+        ("status", "meaning"),
+        tuple(Row(str(code), (), meaning) for code, meaning in EXIT_CODES.items()),
+    )
     return Page(
         "cli.md",
         "Command line",
         "Every command and subcommand of `groundstream`, with its options: what "
         "`groundstream COMMAND --help` prints, from the same click objects.",
-        tuple(_commands(main, "groundstream")),
+        (exits, *_commands(main, "groundstream")),
     )
 
 
@@ -261,7 +292,7 @@ def policy_page() -> Page:
     from pipeline.judge.budget import ROUTE_KEYS, JudgeBudget
     from pipeline.judge.question import JudgeConfig
     from pipeline.policy import document
-    from pipeline.policy.routing import RouteConfig
+    from pipeline.policy.routing import BELOW_REVIEW_CHOICES, RouteConfig
     from pipeline.rungs.rule_checks import RulesConfig
     from pipeline.rungs.self_consistency import ConsistencyConfig
 
@@ -273,14 +304,22 @@ def policy_page() -> Page:
         tuple(Row(f"[{name}]", (), meaning) for name, meaning in document.SECTIONS.items()),
     )
     loose: dict[str, list[Row]] = {}
+    typed = {"switch.on_reject": _toml("SwitchAction")}  # a loose key parsed as an enum
     for dotted, key in document.KEYS.items():
         section, name = dotted.split(".", 1)
-        loose.setdefault(section, []).append(Row(name, (key.type, _code(key.default)), key.meaning))
+        kind = typed.get(dotted, key.type)
+        loose.setdefault(section, []).append(Row(name, (kind, _code(key.default)), key.meaning))
     tables = [Table(f"[{section}]", "", columns, tuple(rows)) for section, rows in loose.items()]
     budget = {f.name: f for f in dataclasses.fields(JudgeBudget)}
     budget_doc = _docs("pipeline.judge.budget", "JudgeBudget")
-    route_rows = _field_rows(
-        RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget"), kind=_toml
+    route_rows = tuple(
+        # a string key its validator holds to a set of its own
+        dataclasses.replace(row, cells=(f"string: {_one_of(BELOW_REVIEW_CHOICES)}", row.cells[1]))
+        if row.name == "below_review_with_judge"
+        else row
+        for row in _field_rows(
+            RouteConfig, "pipeline.policy.routing", skip=("name", "judge_budget"), kind=_toml
+        )
     ) + tuple(
         Row(
             key, (_toml(str(budget[field].type)), _code(_default(budget[field]))), budget_doc(field)
@@ -328,6 +367,7 @@ def policy_page() -> Page:
             "[judge]", "", columns, _field_rows(JudgeConfig, "pipeline.judge.question", kind=_toml)
         ),
     ]
+    tables += _attach_tables()
     return Page(
         "policy.md",
         "Policy file",
@@ -336,6 +376,59 @@ def policy_page() -> Page:
         "one line naming `section.key`.",
         (sections, *tables),
     )
+
+
+def _attach_tables() -> list[Table]:
+    """`[attach]`: its keys, the fields it maps, a selector's keys and picks, and what each
+    preset reads, from the tables `AttachMapping.parse` checks against."""
+    import json
+
+    from pipeline.policy import attach
+
+    def rows(table: Mapping[str, str]) -> tuple[Row, ...]:
+        return tuple(Row(name, (), meaning) for name, meaning in table.items())
+
+    def selectors(specs: Any) -> str:
+        return "; ".join(f"`{json.dumps(s, ensure_ascii=False)}`" for s in specs)
+
+    return [
+        Table(
+            "[attach]",
+            "How `groundstream attach --source TOPIC` turns your own messages into candidates: a"
+            " `preset`, a `fields` table, or both.",
+            ("key", "meaning"),
+            rows(attach.ATTACH_KEYS),
+        ),
+        Table(
+            "[attach.fields]",
+            "One list of selectors per candidate field: a scalar field takes the first selector"
+            " that yields a value; `question` and `response` are required (a preset gives them).",
+            ("field", "meaning"),
+            rows(attach.FIELD_MEANINGS),
+        ),
+        Table(
+            "Attach selector",
+            'One selector of a field\'s list: `{from = "/request/messages", where = {role ='
+            ' ["user"]}, pick = "last", field = "/content"}`, or a bare pointer.',
+            ("key", "meaning"),
+            rows(attach.SELECTOR_KEYS),
+        ),
+        Table(
+            "Attach pick",
+            "The values of a selector's `pick`.",
+            ("pick", "meaning"),
+            rows(attach.PICK_MEANINGS),
+        ),
+        *(
+            Table(
+                f"Attach preset: {name}",
+                f'`preset = "{name}"`: the selectors it gives each field (JSON).',
+                ("field", "selectors"),
+                tuple(Row(field, (), selectors(specs)) for field, specs in preset.items()),
+            )
+            for name, preset in attach.PRESETS.items()
+        ),
+    ]
 
 
 # -- topics -------------------------------------------------------------------------------
@@ -438,11 +531,195 @@ def metrics_page() -> Page:
     )
 
 
+# -- records and schemas ------------------------------------------------------------------
+
+SCHEMA_DIR = "schemas"
+"""docs/reference/schemas/: the JSON Schema files, data beside the pages."""
+
+
+def _json_type(schema: Mapping[str, Any]) -> str:
+    """A field's JSON Schema in a few words for a table cell."""
+    if "const" in schema:
+        return f"`{schema['const']}`"
+    if "enum" in schema:
+        return "one of " + ", ".join(f"`{v}`" for v in schema["enum"])
+    kind = schema.get("type", "any")
+    kinds = kind if isinstance(kind, list) else [kind]
+    text = " or ".join(str(k) for k in kinds)
+    return text + (" (date-time)" if schema.get("format") == "date-time" else "")
+
+
+def records_page() -> Page:
+    from pipeline.trail.records import OPTIONAL_RECORD_FIELDS, RECORD_FIELDS
+    from topics import contracts
+    from topics.names import Topic
+
+    missing = [t.value for t in Topic if t not in contracts.CARRIES]
+    if missing:
+        raise ValueError(f"topics/contracts.py CARRIES: say what {', '.join(missing)} carries")
+    outcome = contracts.outcome_schema()["properties"]
+    files = tuple(
+        Row(name, (f"`docs/reference/{SCHEMA_DIR}/{name}`",), make()["description"])
+        for name, make in contracts.SCHEMAS.items()
+    )
+    return Page(
+        "records.md",
+        "Records and messages",
+        "What a consumer of groundstream's topics reads: which message each topic carries, "
+        "the decision and outcome records, the headers, and JSON Schema files to validate "
+        "them against. The candidate's and the envelope's fields are on [topics](topics.md).",
+        (
+            Table(
+                "Which topic carries what",
+                "The value of each topic's messages. On the topics a candidate travels, "
+                "`decisions` and `deadletter`, the key is the candidate's session id, so a "
+                "session stays in order on one partition.",
+                ("topic", "value"),
+                tuple(Row(t.value, (), contracts.CARRIES[t]) for t in Topic),
+            ),
+            Table(
+                "JSON Schema files",
+                "Draft 2020-12, generated with these pages; in the repository beside them "
+                "(data, not pages of this site). The records are open: a consumer should "
+                "ignore a field it does not know.",
+                ("file", "path", "what it validates"),
+                files,
+            ),
+            Table(
+                "Decision record",
+                "Every message of `decisions`: one per stage per candidate, JSON, hash-chained "
+                "per candidate (`prev_hash` → `hash`).",
+                ("field", "JSON type", "meaning"),
+                tuple(
+                    Row(
+                        name,
+                        (
+                            _json_type(schema)
+                            + (" (some records)" if name in OPTIONAL_RECORD_FIELDS else ""),
+                        ),
+                        meaning,
+                    )
+                    for name, (schema, meaning) in RECORD_FIELDS.items()
+                ),
+            ),
+            Table(
+                "Outcome record",
+                "Each candidate's one terminal outcome is a decision record (above) with these "
+                "fields held; `action` is what the caller should do (`accept`: it is on "
+                "`state`).",
+                ("field", "value", "meaning"),
+                tuple(
+                    Row(name, (_json_type(outcome[name]),), outcome[name]["description"])
+                    for name in ("stage", "topic", "write_to_state")
+                ),
+            ),
+            Table(
+                "Headers",
+                "Kafka message headers a consumer may read.",
+                ("header", "on", "meaning"),
+                tuple(
+                    Row(name, (where,), meaning)
+                    for name, (where, meaning) in contracts.HEADERS.items()
+                ),
+            ),
+        ),
+    )
+
+
+def schema_files() -> dict[str, str]:
+    """docs/reference/schemas/NAME → its text, as --write writes it."""
+    import json
+
+    from topics import contracts
+
+    return {
+        f"{SCHEMA_DIR}/{name}": json.dumps(make(), indent=2, ensure_ascii=False) + "\n"
+        for name, make in contracts.SCHEMAS.items()
+    }
+
+
+# -- the Python client ---------------------------------------------------------------------
+
+CLIENT_MODULE = "workers.clients.agent"
+CLIENT_CLASSES = ("Client", "AgentClient", "Outcome")
+CLIENT_ERRORS = ("CandidateConflict", "OutcomeTimeout")
+
+
+def _signature(func: Any) -> str:
+    """`name(param: type = default, ...) -> returns`, from griffe's reading of the source."""
+    params = []
+    for p in func.parameters:
+        if p.name in ("self", "cls"):
+            continue
+        text = p.name + (f": {p.annotation}" if p.annotation is not None else "")
+        if p.default is not None:
+            text += f" = {p.default}"
+        if str(p.kind.value) == "keyword-only" and not any(x.startswith("*") for x in params):
+            params.append("*")
+        params.append(text)
+    returns = f" -> {func.returns}" if func.returns is not None else ""
+    prefix = "async " if "async" in getattr(func, "labels", set()) else ""
+    return f"{prefix}{func.name}({', '.join(params)}){returns}"
+
+
+def _first_paragraph(doc: Any) -> str:
+    return " ".join(doc.value.split("\n\n")[0].split()) if doc is not None else ""
+
+
+def api_page() -> Page:
+    module = griffe.load(CLIENT_MODULE, search_paths=[str(ROOT)], resolve_aliases=False)
+    tables = []
+    for name in CLIENT_CLASSES:
+        cls = module[name]
+        rows = []
+        for member in cls.members.values():
+            public = not member.name.startswith("_") or member.name == "__init__"
+            if not public or member.is_alias:
+                continue
+            if member.is_function and not (member.name == "__init__" and "dataclass" in cls.labels):
+                shown = _signature(member).replace("__init__(", f"{name}(", 1)
+                if "classmethod" in member.labels:
+                    shown = f"{name}.{shown}"
+                rows.append(Row(shown, (), _first_paragraph(member.docstring)))
+            elif member.is_attribute and "dataclass" in cls.labels:  # a record's fields
+                rows.append(
+                    Row(
+                        f"{member.name}: {member.annotation}",
+                        (),
+                        _first_paragraph(member.docstring),
+                    )
+                )
+        tables.append(
+            Table(name, _first_paragraph(cls.docstring), ("member", "meaning"), tuple(rows))
+        )
+    errors = tuple(
+        Row(
+            name,
+            (", ".join(str(b) for b in module[name].bases),),
+            _first_paragraph(module[name].docstring),
+        )
+        for name in CLIENT_ERRORS
+    )
+    tables.append(
+        Table("Errors", "What `submit` and `outcome` raise.", ("error", "is a", "meaning"), errors)
+    )
+    return Page(
+        "api.md",
+        "Python client",
+        f"`{CLIENT_MODULE}`: {_first_paragraph(module.docstring)} How it is used: [the "
+        "tutorial](../getting-started/tutorial.md) and [on an existing "
+        "cluster](../getting-started/existing-cluster.md#5-submit-or-attach).",
+        tuple(tables),
+    )
+
+
 PAGES: tuple[Callable[[], Page], ...] = (
     cli_page,
     settings_page,
     policy_page,
     topics_page,
+    records_page,
+    api_page,
     metrics_page,
 )
 
@@ -471,6 +748,15 @@ def drift(pages: Iterable[Page], read: Callable[[str], str | None]) -> list[str]
     return problems
 
 
+def schema_drift(read: Callable[[str], str | None]) -> list[str]:
+    """One line per JSON Schema file that is missing or differs from the code's."""
+    return [
+        f"docs/reference/{file} is {'missing' if read(file) is None else 'out of date'}"
+        for file, text in schema_files().items()
+        if read(file) != text
+    ]
+
+
 def _committed(file: str) -> str | None:
     path = REFERENCE / file
     return path.read_text(encoding="utf-8") if path.is_file() else None
@@ -486,13 +772,15 @@ def main(mode: str | None) -> None:
     except ValueError as exc:  # a metric the page cannot name: one line, no traceback
         raise click.ClickException(str(exc)) from None
     if mode == "write":
-        REFERENCE.mkdir(parents=True, exist_ok=True)
+        (REFERENCE / SCHEMA_DIR).mkdir(parents=True, exist_ok=True)
         for page in pages:
             (REFERENCE / page.file).write_text(page.render(), encoding="utf-8")
+        for file, text in schema_files().items():
+            (REFERENCE / file).write_text(text, encoding="utf-8")
         return
     if mode != "check":
         raise click.UsageError("give --write or --check")
-    problems = drift(pages, _committed)
+    problems = drift(pages, _committed) + schema_drift(_committed)
     if problems:
         click.echo("\n".join(problems) + f"\nregenerate with: {COMMAND}", err=True)
         sys.exit(1)

@@ -99,7 +99,7 @@ class JudgeBudget:
     tenant_tokens_per_day: int | None = None
     """The same tokens budget for each tenant, besides the route's (needs tenant_field)."""
     over_budget: OverBudget = OverBudget.REVIEW
-    """What an answer gets when a budget is spent: review, fallback, reject or wait."""
+    """What an answer gets when a budget is spent (`wait`: held until the window frees)."""
 
     def __post_init__(self) -> None:
         names = {v: k for k, v in ROUTE_KEYS.items()}

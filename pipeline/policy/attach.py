@@ -45,10 +45,49 @@ import orjson
 
 from pipeline.errors import PolicyError
 
-FIELDS = ("id", "session", "turn", "initiator", "question", "context", "response", "route")
-PICKS = ("first", "last", "all", "count")
 KEY = "$key"
 INITIATORS = ("user", "agent")
+
+ATTACH_KEYS: Mapping[str, str] = {
+    "preset": "A mapping for a known message shape, one of the presets below.",
+    "fields": "A table of candidate field = [selectors]; a field given here replaces the preset's.",
+}
+"""The keys of `[attach]` (docs/reference/policy.md prints these tables)."""
+
+FIELD_MEANINGS: Mapping[str, str] = {
+    "id": "The candidate id; unset or not found: `attach:<topic>/<partition>/<offset>`.",
+    "session": "The session id (required: a message without one is dead-lettered); "
+    f"`{KEY}` reads the Kafka message key.",
+    "turn": 'The turn number, an integer (`pick = "count"` counts the user messages).',
+    "initiator": f"Who started the turn: {' or '.join(INITIATORS)} (`values` renames what is "
+    "read); anything else is a user.",
+    "question": "The question (required: a message with a response but none is dead-lettered).",
+    "context": "The sources the answer must rest on: everything every selector yields.",
+    "response": "The answer to verify; a message without one is passed through, not a candidate.",
+    "route": "The route the candidate is decided by; not found: as for any candidate (the "
+    "route serving its task, else the default).",
+}
+"""Each candidate field `[attach.fields]` may map, and what it becomes."""
+FIELDS = tuple(FIELD_MEANINGS)
+
+SELECTOR_KEYS: Mapping[str, str] = {
+    "from": f"A JSON pointer (RFC 6901, `/a/0/b`) into the message, or `{KEY}` for its key; "
+    "a selector written as a bare string is this key alone.",
+    "where": "Where `from` is a list: keep the items whose keys hold one of the values given "
+    '(`{role = ["user"]}`).',
+    "pick": "Which of the kept items: one of the picks below.",
+    "field": "A JSON pointer read in each picked item (`/content`).",
+    "values": 'A table renaming what was read (`{tool = "agent"}`).',
+}
+"""The keys of one selector (see the module docstring)."""
+
+PICK_MEANINGS: Mapping[str, str] = {
+    "first": "The first item (the default).",
+    "last": "The last item.",
+    "all": "Every item (for `context`).",
+    "count": "How many items there are (for `turn`).",
+}
+PICKS = tuple(PICK_MEANINGS)
 
 
 class Kind(StrEnum):
@@ -74,11 +113,9 @@ class Selector:
             spec = {"from": spec}
         if not isinstance(spec, Mapping) or not isinstance(spec.get("from"), str):
             raise PolicyError(where, spec, "a JSON pointer, or a table with `from`")
-        unknown = sorted(set(spec) - {"from", "where", "pick", "field", "values"})
+        unknown = sorted(set(spec) - set(SELECTOR_KEYS))
         if unknown:
-            raise PolicyError(
-                f"{where}.{unknown[0]}", spec[unknown[0]], "from, where, pick, field, values"
-            )
+            raise PolicyError(f"{where}.{unknown[0]}", spec[unknown[0]], ", ".join(SELECTOR_KEYS))
         pick = spec.get("pick", "first")
         if pick not in PICKS:
             raise PolicyError(f"{where}.pick", pick, f"one of {', '.join(PICKS)}")

@@ -73,7 +73,7 @@ KEYS: Mapping[str, Key] = MappingProxyType(
         "switch.on_reject": Key(
             "string",
             "fallback",
-            "Where an answer below the review cut goes: fallback, regenerate or reject.",
+            "Where an answer below the review cut goes (`escalate`: to the ladder's next rung).",
         ),
         "reference.dgi_mu": Key(
             "list of numbers",

@@ -50,13 +50,13 @@ class RouteConfig:
 
     name: str = "default"
     mode: Mode = Mode.EVALUATE
-    """How much of the decision is served: off, shadow, evaluate or active."""
+    """How much of the decision is served (`active` needs `active_approval`)."""
     active_approval: str = ""
     """The approval string a route needs before mode = "active" may start."""
     deadline_seconds: float | None = None
     """Seconds from entering the ladder to a decision; past it, review. Unset: none."""
     on_reject: SwitchAction = SwitchAction.FALLBACK
-    """Where this route's answers below the review cut go: fallback, regenerate, reject."""
+    """Where this route's answers below the review cut go (`escalate`: up the ladder)."""
     latch_escalation: bool = False
     """Keep a session's turn hold across user turns too (not in shadow mode)."""
     breaker_threshold: int = 5

@@ -27,6 +27,90 @@ OUTCOME_STAGE = "outcome"
 SUPERSEDED_STAGE = "superseded"
 """The terminal writer's record of a later attempt at a candidate that already has its
 outcome: delivered nowhere, kept on `decisions` for the audit."""
+
+_TEXT: Mapping[str, Any] = {"type": "string"}
+_TEXT_OR_NULL: Mapping[str, Any] = {"type": ["string", "null"]}
+_HEX = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+RECORD_FIELDS: Mapping[str, tuple[Mapping[str, Any], str]] = {
+    "schema_version": ({"const": RECORD_SCHEMA_VERSION}, "The record format's version."),
+    "candidate_id": (
+        _TEXT,
+        "The candidate's id (a dead letter without one: its origin, `topic/partition/offset`).",
+    ),
+    "session_id": (_TEXT, "The candidate's session (the message key)."),
+    "turn": ({"type": "integer", "minimum": 0}, "The session's turn number."),
+    "stage": (
+        _TEXT,
+        "Who decided: a rung (`geometry`, `switch`, …), `review`, `outcome` (the "
+        "candidate's one terminal outcome) or `superseded` (a later attempt).",
+    ),
+    "action": (
+        _TEXT,
+        "What was decided: `accept`, `escalate`, `fallback`, `deadletter`, …; on "
+        "an outcome record, the outcome.",
+    ),
+    "write_to_state": ({"type": "boolean"}, "True only for an accept that goes to `state`."),
+    "reason": (_TEXT, "Why, in one line."),
+    "score": (
+        {"type": ["number", "null"]},
+        "The score the stage decided on (SGI, DGI, P(grounded), a judge's P(yes)), if any.",
+    ),
+    "method": (
+        _TEXT_OR_NULL,
+        "Which score: `sgi`, `dgi`, `grounding`, `consistency`, `judge`, `rules`, …",
+    ),
+    "level": (_TEXT_OR_NULL, "The score's band (`ok`, `review`, `risk`, …), if any."),
+    "policy_version": (_TEXT, "The version of the policy that decided."),
+    "decided_at": ({"type": "string", "format": "date-time"}, "When, ISO 8601 with a zone."),
+    "mode": (
+        _TEXT,
+        "The route's mode (`off`, `shadow`, `evaluate`, `active`); empty on a dead letter.",
+    ),
+    "route": (_TEXT, "The route it was decided by; empty on a dead letter."),
+    "decided_action": (_TEXT, "What the policy decided."),
+    "served_action": (
+        _TEXT,
+        "What was served: differs from `decided_action` in `shadow` and `off` mode.",
+    ),
+    "gate": (
+        _TEXT_OR_NULL,
+        "The gate that held it (`judge_unavailable`, `deadline`, "
+        "`kill_switch`, `judge_budget`, …), if any.",
+    ),
+    "breaker": (
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        "Each endpoint breaker's state when it decided.",
+    ),
+    "kill_switch": ({"type": "boolean"}, "Whether the kill switch was on."),
+    "timings": (
+        {"type": "object", "additionalProperties": {"type": "number"}},
+        "Milliseconds each stage took so far.",
+    ),
+    "trace_id": (_TEXT_OR_NULL, "The candidate's trace id (W3C trace context), if traced."),
+    "thresholds": (
+        {"type": "object", "additionalProperties": {"type": ["number", "string"]}},
+        "The cuts it was decided by (`inf`, a string, for an accept cut that accepts nothing).",
+    ),
+    "evidence": ({"type": "object"}, "What the stage saw, by stage (capped in size)."),
+    "prev_hash": (
+        {"type": "string", "pattern": "^([0-9a-f]{64})?$"},
+        "The hash of the candidate's previous record; empty for its first.",
+    ),
+    "topic": (_TEXT, "On an outcome record: the terminal topic it was delivered to."),
+    "content_hash": (
+        _HEX,
+        "On an outcome record: SHA-256 of the candidate's content (a "
+        "resubmission has the same, a reused id another).",
+    ),
+    "hash": (_HEX, "SHA-256 of the record's canonical JSON without this field."),
+}
+"""Every field of a decision record, in the order `make_record` writes them: its JSON
+Schema and its meaning (docs/reference/records.md and docs/reference/schemas/ are made
+from this table, and a test holds `make_record` to it)."""
+OPTIONAL_RECORD_FIELDS = frozenset({"topic", "content_hash"})
+"""Fields only some records carry (an outcome's `topic`, a delivered outcome's hash)."""
+
 _VOLATILE = frozenset({"decided_at", "timings", "trace_id", "hash", "prev_hash", "duration_ms"})
 _PRIVATE_EVIDENCE = frozenset(
     {

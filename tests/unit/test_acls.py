@@ -399,7 +399,7 @@ def test_apply_refused_is_one_line(monkeypatch) -> None:
 
 
 def acl_table() -> str:
-    """deploy/README.md's table, as `bindings` says it (the prefix left out)."""
+    """docs/how-to/kubernetes.md's table, as `bindings` says it (the prefix left out)."""
 
     def names(acl: list[AclBinding], op: Operation) -> str:
         listed = [t for t in Topic if t in topics(acl, op)]
@@ -433,8 +433,9 @@ def acl_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def test_the_deploy_readme_table_is_what_the_command_grants() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
+def test_the_kubernetes_page_table_is_what_the_command_grants() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "kubernetes.md"
+    readme = page.read_text()
     unindented = "\n".join(line.strip() for line in readme.splitlines())
     assert acl_table() in unindented, acl_table()
 

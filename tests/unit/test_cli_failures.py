@@ -152,7 +152,7 @@ def test_an_unreachable_broker_is_one_line_naming_the_setting(runs, name: str) -
     line = one_line(runs["broker", name])
     assert line == (
         f"groundstream: cannot reach Kafka at {NOWHERE} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
-        "KafkaConnectionError"
+        "KafkaConnectionError; see docs/how-to/troubleshooting.md#cannot-reach-kafka"
     )
     assert runs["broker", name].returncode == 2
 

@@ -394,10 +394,12 @@ def test_pods_are_isolated_and_bounded() -> None:
 @pytest.mark.parametrize("stage", ["geometry", "consistency"])
 def test_the_encoder_stages_are_sized_for_onnx_runtime_not_torch(stage: str) -> None:
     """The image carries no torch (deploy/Dockerfile): the encoder runs on ONNX Runtime,
-    measured at 534 MiB peak (docs/performance.md). deploy/README.md says the same."""
+    measured at 522 MiB peak with claim support (docs/benchmarks.md). docs/how-to/kubernetes.md
+    says the same."""
     main = _worker(stage)["spec"]["template"]["spec"]["containers"][0]
     assert main["resources"]["requests"]["memory"] == "768Mi"
     assert main["resources"]["limits"]["memory"] == "1536Mi"
-    readme = " ".join((K8S.parent / "README.md").read_text().split())
+    page = K8S.parents[1] / "docs" / "how-to" / "kubernetes.md"
+    readme = " ".join(page.read_text().split())
     assert "request 768 MiB, limit 1.5 GiB" in readme
     assert "load torch" not in readme

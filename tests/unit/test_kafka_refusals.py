@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from pathlib import Path
 
 import pytest
 from aiokafka import errors
@@ -13,7 +14,7 @@ from aiokafka import errors
 from topics.clients import KafkaConnection
 from workers.cli.base import one_line
 from workers.runtime import refusals
-from workers.runtime.refusals import kafka_refusal
+from workers.runtime.refusals import REFUSALS, TROUBLESHOOTING, kafka_refusal
 
 WHERE = "k1:9093"
 SCRAM = KafkaConnection(WHERE, "SASL_SSL", "SCRAM-SHA-512", "gs-geometry", "pw-not-shown")
@@ -41,6 +42,27 @@ def cert_error(message: str) -> ssl.SSLCertVerificationError:
     return error
 
 
+def see(anchor: str) -> str:
+    """The pointer a refusal's line ends with: its entry in the troubleshooting page."""
+    return f"; see docs/how-to/troubleshooting.md#{anchor}"
+
+
+def test_every_refusal_points_to_an_entry_of_the_troubleshooting_page() -> None:
+    from pymdownx.slugs import slugify
+
+    page = Path(__file__).resolve().parents[2] / TROUBLESHOOTING
+    slug = slugify(case="lower")
+    headings = {
+        slug(line.lstrip("#").strip(), "-")
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
+    for refusal in REFUSALS:
+        assert refusal.anchor in headings, refusal.anchor
+    for anchor in ("topics-missing", "cannot-reach-kafka"):  # the lines of runner and CLI
+        assert anchor in headings, anchor
+
+
 @pytest.mark.parametrize(
     "error",
     [errors.SaslAuthenticationFailed("bad creds"), errors.AuthenticationFailedError()],
@@ -50,7 +72,7 @@ def test_rejected_credentials(error: Exception) -> None:
     assert line == (
         f"Kafka at {WHERE} refused user 'gs-geometry' with SCRAM-SHA-512 "
         "(GROUNDSTREAM_KAFKA_SASL_USERNAME, GROUNDSTREAM_KAFKA_SASL_PASSWORD): "
-        f"{type(error).__name__}"
+        f"{type(error).__name__}{see('kafka-refused-the-credentials')}"
     )
     assert "pw-not-shown" not in line
 
@@ -72,6 +94,7 @@ def test_an_untrusted_certificate_names_the_ca_setting() -> None:
     assert kafka_refusal(error, WHERE, KafkaConnection(WHERE, "SSL")) == (
         f"the certificate of Kafka at {WHERE} is not trusted (unable to get local issuer "
         "certificate); set GROUNDSTREAM_KAFKA_SSL_CA_FILE to the CA that signed it"
+        + see("the-certificate-is-not-trusted")
     )
 
 
@@ -96,7 +119,7 @@ def test_a_tls_client_on_a_plaintext_port() -> None:
     line = kafka_refusal(bootstrap_failure(wrong), WHERE, KafkaConnection(WHERE, "SSL"))
     assert line == (
         f"the TLS handshake with Kafka at {WHERE} failed (WRONG_VERSION_NUMBER); is that port "
-        "a TLS listener? (GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL)"
+        "a TLS listener? (GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL)" + see("the-tls-handshake-failed")
     )
 
 
@@ -112,6 +135,7 @@ def test_a_plaintext_client_on_a_tls_port() -> None:
     assert kafka_refusal(error, WHERE, PLAIN) == (
         f"Kafka at {WHERE} closed the connection during the handshake: a TLS listener? "
         "GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL is PLAINTEXT; set SSL (or SASL_SSL)"
+        + see("kafka-closed-the-connection-during-the-handshake")
     )
 
 
@@ -131,6 +155,7 @@ def test_an_acl_refusal_names_what_and_how_to_grant_it(error: Exception, what: s
     assert line == (
         f"Kafka at {WHERE} refused User:gs-geometry access to {what} ({type(error).__name__}); "
         "`groundstream acls --stage NAME --principal User:gs-geometry --apply` grants it"
+        + see("an-acl-refused-access")
     )
 
 
@@ -151,7 +176,8 @@ def test_one_line_keeps_the_unreachable_line(monkeypatch: pytest.MonkeyPatch) ->
             monkeypatch.delenv(name)
     monkeypatch.setenv("GROUNDSTREAM_BOOTSTRAP_SERVERS", "127.0.0.1:1")
     assert one_line(errors.KafkaConnectionError("Unable to bootstrap")) == (
-        "cannot reach Kafka at 127.0.0.1:1 (GROUNDSTREAM_BOOTSTRAP_SERVERS): KafkaConnectionError",
+        "cannot reach Kafka at 127.0.0.1:1 (GROUNDSTREAM_BOOTSTRAP_SERVERS): KafkaConnectionError"
+        + see("cannot-reach-kafka"),
         2,
     )
     line, status = one_line(errors.TopicAuthorizationFailedError("t"))

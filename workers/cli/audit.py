@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from pipeline.errors import EXIT_REFUSED
 from workers.cli.base import load_policy, load_settings, policy_option, quiet_kafka, require_broker
 
 
@@ -63,4 +64,4 @@ def audit_verify(session: str | None, start: str | None, grace: float, as_json: 
     if as_json:
         click.echo(dumps(report_dict(report)).decode())
     render_report(report)
-    sys.exit(0 if report.intact else 1)
+    sys.exit(0 if report.intact else EXIT_REFUSED)

@@ -5,19 +5,34 @@ way one-shot Kafka tools run."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import click
 
-from pipeline.errors import PolicyError
+from pipeline.errors import EXIT_KAFKA, EXIT_REFUSED, PolicyError
 from topics.clients import KafkaConnection
 from workers.runtime.settings import Settings
 
 T = TypeVar("T")
+
+
+class LazyChoice(click.Choice):
+    """A `click.Choice` whose choices come from the code's own table, read on first use
+    (its command's parsing or help), so that `groundstream --help` loads no stage."""
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self.case_sensitive = True
+
+    @functools.cached_property
+    def choices(self) -> Sequence[str]:  # type: ignore[override]
+        return tuple(self._load())
+
 
 policy_option = click.option(
     "--policy", type=click.Path(exists=True, dir_okay=False), help="Policy TOML."
@@ -123,26 +138,26 @@ def one_line(exc: BaseException) -> tuple[str, int] | None:
 
     from pipeline.errors import GroundstreamError
     from workers.runtime.kafka_tools import UnknownTopic
-    from workers.runtime.refusals import kafka_refusal
+    from workers.runtime.refusals import TROUBLESHOOTING, kafka_refusal
     from workers.runtime.runner import TopicsMissing
 
     if isinstance(exc, UnknownTopic | TopicsMissing):
-        return exc.args[0], 2
+        return exc.args[0], EXIT_KAFKA
     if isinstance(exc, KafkaError):
         # The clients the failed call left unclosed complain at exit; the line says it all.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         refused = kafka_refusal(exc, _bootstrap(), _connection())
         if refused is not None:
-            return refused, 2
+            return refused, EXIT_KAFKA
         return (
             f"cannot reach Kafka at {_bootstrap()} (GROUNDSTREAM_BOOTSTRAP_SERVERS): "
-            f"{type(exc).__name__}",
-            2,
+            f"{type(exc).__name__}; see {TROUBLESHOOTING}#cannot-reach-kafka",
+            EXIT_KAFKA,
         )
     if isinstance(exc, GroundstreamError):
-        return str(exc), 1
+        return str(exc), EXIT_REFUSED
     if isinstance(exc, OSError):  # a path that is missing, unreadable or not a model
-        return (f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)), 1
+        return (f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)), EXIT_REFUSED
     return None
 
 

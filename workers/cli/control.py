@@ -14,7 +14,7 @@ def control() -> None:
 
 
 @control.command("kill-switch")
-@click.argument("state", type=click.Choice(["on", "off", "status"]))
+@click.argument("state", type=click.Choice(["on", "off", "status"]), metavar="STATE")
 @click.option("--by", help="Who flips it (recorded on the control topic; needed for on/off).")
 def kill_switch(state: str, by: str | None) -> None:
     """Stop (on) or allow (off) all automatic acceptance, on every worker within seconds;

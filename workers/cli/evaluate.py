@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.errors import PolicyError
+from pipeline.errors import EXIT_REFUSED, PolicyError
 from workers.cli.base import load_policy, load_settings, policy_option, reader_note, reader_option
 from workers.runtime.settings import Settings
 
@@ -148,4 +148,4 @@ def determinism(
     for line in report.lines():
         click.echo(line)
     if report.failures:
-        sys.exit(1)
+        sys.exit(EXIT_REFUSED)

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from pipeline.errors import EXIT_REFUSED
 from workers.cli.base import load_settings
 
 PAIRS: tuple[tuple[str, str, str, bool], ...] = (
@@ -79,7 +80,7 @@ def _finish(report: Report) -> None:
     for line in report.lines:
         click.echo(line)
     click.echo(report.verdict)
-    sys.exit(0 if report.usable else 1)
+    sys.exit(0 if report.usable else EXIT_REFUSED)
 
 
 def _target(kind: str, url: str | None, model: str | None) -> tuple[str, str, str]:

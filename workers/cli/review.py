@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.stages.review import HumanVerdict
 from workers.cli.base import load_policy, load_settings, policy_option, run_kafka
 
 
@@ -90,7 +91,7 @@ def review_show(candidate_id: str) -> None:
 
 @review.command("decide")
 @click.argument("candidate_id")
-@click.argument("verdict", type=click.Choice(["accept", "reject"]))
+@click.argument("verdict", type=click.Choice([v.value for v in HumanVerdict]), metavar="VERDICT")
 @click.option("--by", required=True, help="Who decides (recorded in the audit trail).")
 @click.option("--note", default="", help="Why (recorded in the audit trail).")
 @policy_option

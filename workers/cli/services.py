@@ -7,19 +7,30 @@ import sys
 
 import click
 
-from workers.cli.base import load_policy, load_settings, policy_option, require_broker, run_kafka
+from pipeline.policy.attach import PRESETS
+from workers.cli.base import (
+    LazyChoice,
+    load_policy,
+    load_settings,
+    policy_option,
+    require_broker,
+    run_kafka,
+)
+
+
+def _stages() -> tuple[str, ...]:
+    from workers.runtime.ladder import STAGE_NAMES
+
+    return ("all", *STAGE_NAMES)
 
 
 @click.command()
-@click.argument("stage")
+@click.argument("stage", type=LazyChoice(_stages), metavar="STAGE")
 @policy_option
 def worker(stage: str, policy: str | None) -> None:
     """Run one stage's stream processor (or `all`, one process per stage)."""
-    from workers.runtime.ladder import STAGE_NAMES
     from workers.runtime.runner import run_all, run_stage
 
-    if stage != "all" and stage not in STAGE_NAMES:
-        raise click.BadParameter(f"{stage!r}: expected all or one of {', '.join(STAGE_NAMES)}")
     settings = load_settings(policy)
     load_policy(settings)  # fail at start-up on a bad policy, naming the setting
     require_broker(settings, None if stage == "all" else stage)
@@ -73,7 +84,7 @@ def dashboard(policy: str | None) -> None:
 @click.option("--source", required=True, help="The topic to gate (its full name).")
 @click.option(
     "--preset",
-    type=click.Choice(["openai-chat", "openai-responses"]),
+    type=click.Choice(list(PRESETS)),
     default=None,
     help="Read the source as this shape (default: the policy's [attach] mapping).",
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.errors import EXIT_REFUSED
 from topics.names import Topic
 from workers.cli.base import load_settings, run_kafka
 
@@ -45,7 +46,7 @@ def produce(input_file: Path, topic: str, no_check: bool) -> None:
             f"left out {len(bad)} line(s) the ladder would dead-letter (--no-check sends them)",
             err=True,
         )
-        sys.exit(1)
+        sys.exit(EXIT_REFUSED)
 
 
 @click.command()

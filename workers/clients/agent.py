@@ -72,18 +72,24 @@ class Outcome:
     """A candidate's final outcome, as its `outcome` record states it."""
 
     candidate_id: str
+    """The candidate's id."""
     accepted: bool
+    """True when the answer is on `state`: use it."""
     action: str
     """`accept`, or what the caller should do instead: fallback, regenerate, reject,
     escalate (a person decides), or deadletter (the candidate could not be read)."""
     topic: str
+    """The terminal topic it was delivered to (`state`, `escalations.*`, `deadletter`)."""
     reason: str
+    """Why, in one line: the deciding stage and its reason."""
     record: Mapping[str, Any] = field(repr=False)
+    """The whole `outcome` decision record (docs/reference/records.md)."""
     resubmitted: bool = False
     """True when the id had its outcome before this `submit`: nothing was sent."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], *, resubmitted: bool = False) -> Outcome:
+        """The outcome an `outcome` decision record states."""
         topic = str(record.get("topic", ""))
         return cls(
             candidate_id=str(record.get("candidate_id")),
@@ -195,6 +201,7 @@ class AgentClient:
         """Content hashes of the ids this client has sent, for conflicts still in flight."""
 
     async def start(self) -> None:
+        """Connect, and read the outcome ledger's index (`async with` calls it)."""
         self.producer = clients.producer(
             self.kafka,
             acks="all",
@@ -209,6 +216,7 @@ class AgentClient:
             raise
 
     async def stop(self) -> None:
+        """Close the connections (`async with` calls it)."""
         await self.index.stop()
         if self.producer is not None:
             await self.producer.stop()
@@ -299,6 +307,8 @@ class Client:
     def __init__(
         self, kafka: KafkaConnection | str = "127.0.0.1:9092", topic_prefix: str = ""
     ) -> None:
+        """Connect at once: `kafka` as for `AgentClient`; `topic_prefix` is the ladder's
+        GROUNDSTREAM_TOPIC_PREFIX."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -314,18 +324,23 @@ class Client:
         return future.result()
 
     def submit(self, candidate: Mapping[str, Any], timeout: float = 30.0) -> Outcome:
+        """`AgentClient.submit`, blocking: send `candidate`, return its outcome."""
         return self._run(self._client.submit(candidate, timeout))
 
     def outcome(self, candidate_id: str, timeout: float = 30.0) -> Outcome:
+        """`AgentClient.outcome`, blocking: wait for the outcome of an id already sent."""
         return self._run(self._client.outcome(candidate_id, timeout))
 
     def accepted(self, session_id: str) -> Iterator[dict[str, Any]]:
+        """`AgentClient.accepted`, blocking: the session's accepted candidates, in order."""
+
         async def collect() -> list[dict[str, Any]]:
             return [c async for c in self._client.accepted(session_id)]
 
         return iter(self._run(collect()))
 
     def close(self) -> None:
+        """Close the connections and the client's thread (`with` calls it)."""
         self._run(self._client.stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)

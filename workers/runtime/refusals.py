@@ -25,6 +25,9 @@ from topics.security.tokens import TokenFileError
 GRANT = "`groundstream acls --stage NAME --principal {principal} --apply` grants it"
 """How an ACL refusal is put right (the `acls` command writes the stage's ACLs)."""
 
+TROUBLESHOOTING = "docs/how-to/troubleshooting.md"
+"""The page each refusal's line points to, at the refusal's own entry (`Refusal.anchor`)."""
+
 _KAFKA_LOG = "aiokafka"
 """aiokafka's client logs a failed connection here, its connections on `aiokafka.conn`."""
 
@@ -122,30 +125,48 @@ def _credentials(e: BaseException, where: str, conn: KafkaConnection | None) -> 
     return f"Kafka at {where} refused {given}: {type(e).__name__}"
 
 
+def _other_host(e: BaseException, conn: KafkaConnection | None) -> bool:
+    message = str(getattr(e, "verify_message", "") or getattr(e, "reason", "")).lower()
+    return isinstance(e, ssl.SSLCertVerificationError) and (
+        "mismatch" in message or "hostname" in message
+    )
+
+
+def _other_host_line(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
+    message = getattr(e, "verify_message", "") or getattr(e, "reason", "") or type(e).__name__
+    return (
+        f"the certificate of Kafka at {where} does not name that host ({message}); "
+        # Never the hint to stop checking: that lets anyone with a certificate from the
+        # same CA stand in for the broker. The names are what is wrong.
+        "fix the certificate's names: reissue it with every host clients connect by in "
+        "its subjectAltName (SAN), or connect by a name it holds "
+        "(GROUNDSTREAM_BOOTSTRAP_SERVERS)"
+    )
+
+
 def _certificate(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
     message = getattr(e, "verify_message", "") or getattr(e, "reason", "") or type(e).__name__
-    if "mismatch" in str(message).lower() or "hostname" in str(message).lower():
-        return (
-            # Never the hint to stop checking: that lets anyone with a certificate from
-            # the same CA stand in for the broker. The names are what is wrong.
-            f"the certificate of Kafka at {where} does not name that host ({message}); "
-            "fix the certificate's names: reissue it with every host clients connect by in "
-            "its subjectAltName (SAN), or connect by a name it holds "
-            "(GROUNDSTREAM_BOOTSTRAP_SERVERS)"
-        )
     return (
         f"the certificate of Kafka at {where} is not trusted ({message}); set "
         "GROUNDSTREAM_KAFKA_SSL_CA_FILE to the CA that signed it"
     )
 
 
+def _wants_certificate(e: BaseException, conn: KafkaConnection | None) -> bool:
+    reason = getattr(e, "reason", None) or ""
+    return isinstance(e, ssl.SSLError) and "CERTIFICATE_REQUIRED" in str(reason).upper()
+
+
+def _wants_certificate_line(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
+    reason = getattr(e, "reason", None) or type(e).__name__
+    return (
+        f"Kafka at {where} wants a client certificate ({reason}); set "
+        "GROUNDSTREAM_KAFKA_SSL_CERT_FILE and GROUNDSTREAM_KAFKA_SSL_KEY_FILE"
+    )
+
+
 def _handshake(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
     reason = getattr(e, "reason", None) or type(e).__name__
-    if "CERTIFICATE_REQUIRED" in str(reason).upper():
-        return (
-            f"Kafka at {where} wants a client certificate ({reason}); set "
-            "GROUNDSTREAM_KAFKA_SSL_CERT_FILE and GROUNDSTREAM_KAFKA_SSL_KEY_FILE"
-        )
     return (
         f"the TLS handshake with Kafka at {where} failed ({reason}); is that port a TLS "
         "listener? (GROUNDSTREAM_KAFKA_SECURITY_PROTOCOL)"
@@ -183,10 +204,12 @@ def _acl(what: str) -> Callable[[BaseException, str, KafkaConnection | None], st
 @dataclass(frozen=True)
 class Refusal:
     """A refusal: which errors it is (a class, or a test of the error and connection),
-    and its line given the error, the bootstrap servers and the connection."""
+    its line given the error, the bootstrap servers and the connection, and the anchor of
+    its entry in the troubleshooting page, which the line ends by pointing to."""
 
     matches: type[BaseException] | tuple[type[BaseException], ...] | Callable[..., bool]
     line: Callable[[BaseException, str, KafkaConnection | None], str]
+    anchor: str
 
     def match(self, e: BaseException, conn: KafkaConnection | None) -> bool:
         if isinstance(self.matches, type | tuple):
@@ -200,16 +223,24 @@ def _own(e: BaseException, where: str, conn: KafkaConnection | None) -> str:
     return str(e)
 
 
+_ACL = "an-acl-refused-access"
+
 REFUSALS: tuple[Refusal, ...] = (
-    Refusal((TokenFileError, KeyPasswordMissing), _own),
-    Refusal((errors.SaslAuthenticationFailed, errors.AuthenticationFailedError), _credentials),
-    Refusal(errors.TopicAuthorizationFailedError, _acl("topic")),
-    Refusal(errors.GroupAuthorizationFailedError, _acl("consumer group")),
-    Refusal(errors.TransactionalIdAuthorizationFailed, _acl("transactional id")),
-    Refusal(errors.ClusterAuthorizationFailedError, _acl("the cluster")),
-    Refusal(ssl.SSLCertVerificationError, _certificate),
-    Refusal(ssl.SSLError, _handshake),
-    Refusal(_plaintext_on_tls, _closed),
+    Refusal((TokenFileError, KeyPasswordMissing), _own, "our-own-credentials-could-not-be-read"),
+    Refusal(
+        (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError),
+        _credentials,
+        "kafka-refused-the-credentials",
+    ),
+    Refusal(errors.TopicAuthorizationFailedError, _acl("topic"), _ACL),
+    Refusal(errors.GroupAuthorizationFailedError, _acl("consumer group"), _ACL),
+    Refusal(errors.TransactionalIdAuthorizationFailed, _acl("transactional id"), _ACL),
+    Refusal(errors.ClusterAuthorizationFailedError, _acl("the cluster"), _ACL),
+    Refusal(_other_host, _other_host_line, "the-certificate-does-not-name-that-host"),
+    Refusal(ssl.SSLCertVerificationError, _certificate, "the-certificate-is-not-trusted"),
+    Refusal(_wants_certificate, _wants_certificate_line, "kafka-wants-a-client-certificate"),
+    Refusal(ssl.SSLError, _handshake, "the-tls-handshake-failed"),
+    Refusal(_plaintext_on_tls, _closed, "kafka-closed-the-connection-during-the-handshake"),
 )
 """Rows in order: the first row that matches an error of the chain (the one raised, its
 causes, the connection error aiokafka logged) gives the line."""
@@ -228,5 +259,6 @@ def kafka_refusal(
         for e in chain:
             if refusal.match(e, conn):
                 line = refusal.line(e, bootstrap, conn)
+                line += f"; see {TROUBLESHOOTING}#{refusal.anchor}"
                 return line if stage is None else line.replace("--stage NAME", f"--stage {stage}")
     return None

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from pipeline.errors import GroundstreamError
+from pipeline.errors import EXIT_FENCED, EXIT_KAFKA, GroundstreamError
 from topics.admin import missing_topics
 from workers.interfaces import StageContext
 from workers.runtime.isolation import always
@@ -23,7 +23,7 @@ from workers.runtime.ladder import STAGE_NAMES, row
 from workers.runtime.loop import Fenced, RetriesExhausted, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
-from workers.runtime.refusals import kafka_refusal
+from workers.runtime.refusals import TROUBLESHOOTING, kafka_refusal
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry, configure
@@ -48,12 +48,13 @@ def require_topics(settings: Settings, stage: str | None = None) -> None:
         raise TopicsMissing(
             refused
             or f"cannot reach Kafka at {settings.bootstrap_servers} "
-            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}"
+            f"(GROUNDSTREAM_BOOTSTRAP_SERVERS): {type(exc).__name__}; "
+            f"see {TROUBLESHOOTING}#cannot-reach-kafka"
         ) from None
     if missing:
         raise TopicsMissing(
             f"topics missing on {settings.bootstrap_servers}: {', '.join(missing)}; "
-            "run `groundstream topics create` first"
+            f"run `groundstream topics create` first; see {TROUBLESHOOTING}#topics-missing"
         )
 
 
@@ -173,10 +174,10 @@ def run_stage(name: str, settings: Settings) -> None:
         asyncio.run(_until_signalled(loop.run()))
     except RetriesExhausted as exc:
         log.error("%s", exc)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_KAFKA) from None
     except Fenced as exc:
         log.error("%s", exc)
-        raise SystemExit(3) from None
+        raise SystemExit(EXIT_FENCED) from None
     finally:
         clear_ready(settings, name, pid=os.getpid())
 

@@ -317,11 +317,11 @@ class Settings:
     stage_key: str = field(default="", repr=False)
     """Shared HMAC secret: stages sign each envelope, and dead-letter one that fails it."""
     nli_model: str = ""
-    """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is the claim reader
-    (GROUNDSTREAM_READER's when it is a pair reader, else the one shipped)."""
+    """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is GROUNDSTREAM_READER's
+    pair reader (no claim reader ships with groundstream: train or export one first)."""
     reader: str = ""
     """GROUNDSTREAM_READER: the claim reader's directory (`groundstream reader export`, or
-    `train claims`); "" for the shipped one, if any. Checked against its reader.json."""
+    `train claims`); unset, no reader (none ships). Checked against its reader.json."""
     log_level: str = "warning"
     """debug, info, warning or error; answer text is never logged."""
     otlp_endpoint: str = ""
