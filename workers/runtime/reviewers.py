@@ -103,8 +103,10 @@ def load_reviewers(path: str | Path) -> Reviewers:
     """The reviewers of the file at `path` (`parse_reviewers`); unreadable: one line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReviewerFileError(f"{SETTING}={path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ReviewerFileError(f"{SETTING}={path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ReviewerFileError(f"{SETTING}={path}: cannot be read ({exc.strerror})") from None
     return parse_reviewers(text, f"{SETTING}={path}")
 
 
@@ -117,22 +119,29 @@ class ReviewerFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.problem: str | None = None
-        self._stamp = self._stat()
+        self._seen = self._read()
         self.reviewers = load_reviewers(self.path)  # at start-up a bad file is fatal
 
-    def _stat(self) -> tuple[int, int] | None:
+    def _read(self) -> bytes | None:
+        # The bytes, not the mtime: an edit within the clock's tick keeps the mtime.
         try:
-            st = self.path.stat()
+            return self.path.read_bytes()
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size)
 
     def current(self) -> Reviewers:
-        stamp = self._stat()
-        if stamp != self._stamp:
-            self._stamp = stamp
+        seen = self._read()
+        if seen != self._seen:
+            self._seen = seen
             try:
-                self.reviewers, self.problem = load_reviewers(self.path), None
+                if seen is None:
+                    raise ReviewerFileError(f"{SETTING}={self.path}: cannot be read")
+                try:
+                    text = seen.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ReviewerFileError(f"{SETTING}={self.path}: not UTF-8 text") from None
+                self.reviewers = parse_reviewers(text, f"{SETTING}={self.path}")
+                self.problem = None
             except ReviewerFileError as exc:
                 self.reviewers, self.problem = Reviewers(), str(exc)
                 log.warning("no reviewer is admitted until the file is fixed: %s", exc)
@@ -147,11 +156,10 @@ def add_reviewer(path: str | Path, name: str) -> str:
             f"reviewer name {name!r}: letters, digits and . _ @ + - only, at most 100"
         )
     path = Path(path)
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if name in parse_reviewers(text, f"{SETTING}={path}").names():
+    if path.exists() and name in load_reviewers(path).names():
         raise ReviewerFileError(f"{path}: {name} is already a reviewer (remove the line first)")
     token = new_token()
-    prefix = "" if not text or text.endswith("\n") else "\n"
+    prefix = "" if not path.exists() or path.read_bytes().endswith(b"\n") else "\n"
     with path.open("a", encoding="utf-8") as out:
         out.write(f"{prefix}{name}:{token_digest(token)}\n")
     path.chmod(0o600)  # the digests are not secrets, but who may add reviewers is

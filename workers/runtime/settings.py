@@ -296,7 +296,8 @@ class Settings:
     web_port: int = 6066
     """The dashboard's port."""
     web_token: str = field(default="", repr=False)
-    """The dashboard's token: its state-changing endpoints are refused without it."""
+    """The dashboard's shared token: reads whole records and flips the kill switch, but names
+    nobody, so it gives no review verdict (GROUNDSTREAM_REVIEWER_TOKENS_FILE does)."""
     web_allowed_hosts: str = ""
     """Comma-separated host names the dashboard answers besides loopback and its bind address."""
     reviewer_tokens_file: str = ""

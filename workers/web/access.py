@@ -59,7 +59,9 @@ class Gate:
     def __init__(self, settings: Settings) -> None:
         self.token = settings.web_token
         self.header = settings.reviewer_identity_header
-        self.file = ReviewerFile(settings.reviewer_tokens_file) if settings.reviewer_tokens_file else None
+        self.file = (
+            ReviewerFile(settings.reviewer_tokens_file) if settings.reviewer_tokens_file else None
+        )
 
     @property
     def configured(self) -> bool:

@@ -35,6 +35,7 @@ from pipeline.trail.records import sanitize
 from topics.codec import DecodeLimitError, dumps, loads
 from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings
+from workers.web.access import Access, Gate, Refused
 from workers.web.feed import (
     REVIEW_TIMEOUT,
     Feed,
@@ -42,7 +43,6 @@ from workers.web.feed import (
     KafkaOperations,
     Operations,
 )
-from workers.web.access import Access, Gate, Refused
 from workers.web.state import DashboardState
 
 log = logging.getLogger("groundstream.dashboard")
