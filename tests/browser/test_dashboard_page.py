@@ -2,8 +2,9 @@
 
 A fresh visitor sees an empty but whole page; records produced on `decisions` move the
 cards and charts without a reload; a candidate's trail is found by its id; a reviewer
-signs in on the page, reads the texts and accepts an item, which reaches `state`; and an
-action without the token is refused on the page with a message that says why.
+signs in on the page with their own token, reads the texts and accepts an item, which
+reaches `state` under their name; and an action without a reviewer's token is refused on
+the page with a message that says why.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from playwright.async_api import expect
 
 from tests.integration.conftest import (
     DASHBOARD_TOKEN,
+    REVIEWER_TOKENS,
     consume_all,
     decision_record,
     produce,
@@ -129,8 +131,11 @@ async def queue_for_review(bootstrap: str, settings: Settings, candidate_id: str
     await produce(bootstrap, settings.topic(Topic.REVIEW), [(key, env.encode())])
 
 
-async def sign_in(visit: Visit, token: str, by: str = "ann") -> None:
-    await visit.page.fill("#login-by", by)
+ANN = REVIEWER_TOKENS["ann"]
+
+
+async def sign_in(visit: Visit, token: str) -> None:
+    """Sign in with a token alone: who it names is the server's answer, not typed."""
     await visit.page.fill("#login-token", token)
     await visit.page.click("#login-ok")
 
@@ -198,7 +203,7 @@ async def test_produced_records_move_counts_and_charts_live(
 
     # The screenshot for docs/: a signed-in reviewer's view, texts and all.
     await page.click("#creds")
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#review tr.texts")).to_contain_text(RAW_ANSWER)
     await page.evaluate("window.scrollTo(0, 0)")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -262,7 +267,7 @@ async def accept_in_the_page(visit: Visit, kafka_bootstrap: str, settings: Setti
     await page.click("#creds")  # the queue shows; its texts wait for the token
     await expect(row).to_be_visible()
     assert RAW_ANSWER not in await page.content()
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#who")).to_have_text("reviewer: ann")
     texts = page.locator("#review tr.texts")
     await expect(texts).to_contain_text(QUESTION)
@@ -292,23 +297,31 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     await row.locator("button.accept").click()  # no token yet: the page asks for it
     await expect(page.locator("#login")).to_be_visible()
     await page.click("#login-cancel")
-    await expect(message).to_have_text(
-        "rev-2: not sent: this action needs the dashboard token. Sign in first."
-    )
+    await expect(message).to_have_text("rev-2: not sent: this action needs your token. Sign in first.")
 
     await row.locator("button.reject").click()  # a wrong token: the server refuses
     await sign_in(visit, "not-the-token")
     await expect(message).to_contain_text("refused: missing or wrong bearer token")
-    await expect(message).to_contain_text("Sign in again with the dashboard token")
+    await expect(message).to_contain_text("Sign in again with your token")
     await expect(page.locator("#creds")).to_have_text("Sign in")  # the wrong token is dropped
 
     # Signing in again with the right token answers the refusal: it goes at once, not at
     # the next 10-second refresh (issue 22 saw it stay red for 12 s).
     await page.click("#creds")
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#who")).to_have_text("reviewer: ann")
     await expect(message).to_be_hidden(timeout=2_000)
     await page.click("#creds")  # sign out again: nothing below is decided
+
+    # The shared dashboard token reads, but names nobody: the page says so, and the
+    # server refuses its verdict.
+    await row.locator("button.accept").click()
+    await sign_in(visit, DASHBOARD_TOKEN)
+    await expect(message).to_contain_text("a verdict needs a reviewer's own credential")
+    await expect(page.locator("#who")).to_have_text(
+        "signed in with the dashboard token (reads; no verdicts)"
+    )
+    await page.click("#creds")
 
     await expect(row).to_be_visible()  # still waiting: nothing was decided
     assert RAW_ANSWER not in await page.content()
