@@ -297,7 +297,9 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     await row.locator("button.accept").click()  # no token yet: the page asks for it
     await expect(page.locator("#login")).to_be_visible()
     await page.click("#login-cancel")
-    await expect(message).to_have_text("rev-2: not sent: this action needs your token. Sign in first.")
+    await expect(message).to_have_text(
+        "rev-2: not sent: this action needs your token. Sign in first."
+    )
 
     await row.locator("button.reject").click()  # a wrong token: the server refuses
     await sign_in(visit, "not-the-token")
