@@ -325,6 +325,8 @@ async def test_the_proxy_header_names_the_reviewer_only_when_set(feed, ops, toke
         assert resp.status == 401
         bad = await client.get("/api/me", headers={"X-Forwarded-User": "two words"})
         assert bad.status == 403
+        token = await client.get("/api/me", headers=ANN)  # no tokens here: the proxy names
+        assert token.status == 403 and "takes no tokens" in (await token.json())["error"]
     assert ops.calls == [("decide", "c-wait", HumanVerdict.ACCEPT, "carol@example.org", "")]
 
 

@@ -84,6 +84,10 @@ class Gate:
         if "Authorization" not in headers:
             return PUBLIC
         if not (self.token or self.file):
+            if self.header:
+                raise Refused(
+                    403, f"this dashboard takes no tokens: the proxy's {self.header} names you"
+                )
             raise Refused(403, NOTHING_CONFIGURED)
         scheme, _, given = headers["Authorization"].partition(" ")
         given = given.strip()
