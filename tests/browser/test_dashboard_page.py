@@ -31,7 +31,7 @@ from topics.names import Topic
 from topics.schema import Candidate, Envelope, parse_envelope
 from workers.runtime.settings import Settings
 
-from .conftest import SCREENSHOTS, Visit
+from .conftest import SCREENSHOTS, Visit, open_tab
 
 pytestmark = pytest.mark.integration
 
@@ -397,3 +397,37 @@ async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
     )
     assert answer == [400, "body refused: nesting deeper than 64 levels"]
     visit.assert_clean()  # and no favicon (or anything else) missing
+
+
+async def test_behind_a_proxy_the_page_is_the_proxys_reviewer_without_signing_in(
+    kafka_bootstrap: str, dashboard_settings: Settings
+):
+    from dataclasses import replace
+
+    from aiohttp import web
+
+    from workers.web.app import build_app
+
+    proxied = replace(dashboard_settings, reviewer_identity_header="X-Forwarded-User")
+    runner = web.AppRunner(build_app(proxied, proxied.load_policy()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    await queue_for_review(kafka_bootstrap, dashboard_settings, "rev-proxy")
+    try:
+        headers = {"X-Forwarded-User": "carol@example.org"}
+        async with open_tab(f"http://{host}:{port}", headers) as visit:
+            page = visit.page
+            await expect(page.locator("#who")).to_have_text("reviewer: carol@example.org")
+            await expect(page.locator("#creds")).to_be_hidden()  # nothing to sign in to
+            row = page.locator('#review tr.item[data-candidate="rev-proxy"]')
+            await expect(row).to_be_visible()
+            await expect(page.locator("#review tr.texts")).to_contain_text(RAW_ANSWER)
+            await row.locator("button.reject").click()
+            await expect(page.locator("#review-msg")).to_have_text(
+                "rev-proxy: rejected by carol@example.org"
+            )
+            visit.assert_clean()
+    finally:
+        await runner.cleanup()
