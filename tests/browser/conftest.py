@@ -7,6 +7,7 @@ Playwright never downloads a browser here: it launches /usr/bin/chromium.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,24 +71,32 @@ class Visit:
         assert self.missing == [], self.missing
 
 
-@pytest.fixture
-async def visit(dashboard_url: str) -> AsyncIterator[Visit]:
-    """A fresh tab (empty sessionStorage) that has opened the dashboard."""
+@contextlib.asynccontextmanager
+async def open_tab(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[Visit]:
+    """A fresh tab (empty sessionStorage) on the dashboard at `url`, live; every request it
+    makes carries `headers` (as an authenticating proxy in front would add them)."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `make venv` installs Debian's chromium", False)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:
-            context = await browser.new_context(viewport=VIEWPORT)
+            context = await browser.new_context(viewport=VIEWPORT, extra_http_headers=headers)
             page = await context.new_page()
             page.set_default_timeout(UI_TIMEOUT_MS)
-            tab = Visit(page, dashboard_url)
+            tab = Visit(page, url)
             page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
             page.on("console", tab.console)
             page.on("request", tab.request)
             page.on("response", tab.response)
-            await page.goto(dashboard_url)
+            await page.goto(url)
             await expect(page.locator("#conn")).to_have_text("live")
             yield tab
         finally:
             await browser.close()
+
+
+@pytest.fixture
+async def visit(dashboard_url: str) -> AsyncIterator[Visit]:
+    """A fresh tab (empty sessionStorage) that has opened the dashboard."""
+    async with open_tab(dashboard_url) as tab:
+        yield tab

@@ -2,8 +2,9 @@
 
 A fresh visitor sees an empty but whole page; records produced on `decisions` move the
 cards and charts without a reload; a candidate's trail is found by its id; a reviewer
-signs in on the page, reads the texts and accepts an item, which reaches `state`; and an
-action without the token is refused on the page with a message that says why.
+signs in on the page with their own token, reads the texts and accepts an item, which
+reaches `state` under their name; and an action without a reviewer's token is refused on
+the page with a message that says why.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from playwright.async_api import expect
 
 from tests.integration.conftest import (
     DASHBOARD_TOKEN,
+    REVIEWER_TOKENS,
     consume_all,
     decision_record,
     produce,
@@ -29,7 +31,7 @@ from topics.names import Topic
 from topics.schema import Candidate, Envelope, parse_envelope
 from workers.runtime.settings import Settings
 
-from .conftest import SCREENSHOTS, Visit
+from .conftest import SCREENSHOTS, Visit, open_tab
 
 pytestmark = pytest.mark.integration
 
@@ -129,8 +131,11 @@ async def queue_for_review(bootstrap: str, settings: Settings, candidate_id: str
     await produce(bootstrap, settings.topic(Topic.REVIEW), [(key, env.encode())])
 
 
-async def sign_in(visit: Visit, token: str, by: str = "ann") -> None:
-    await visit.page.fill("#login-by", by)
+ANN = REVIEWER_TOKENS["ann"]
+
+
+async def sign_in(visit: Visit, token: str) -> None:
+    """Sign in with a token alone: who it names is the server's answer, not typed."""
     await visit.page.fill("#login-token", token)
     await visit.page.click("#login-ok")
 
@@ -198,7 +203,7 @@ async def test_produced_records_move_counts_and_charts_live(
 
     # The screenshot for docs/: a signed-in reviewer's view, texts and all.
     await page.click("#creds")
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#review tr.texts")).to_contain_text(RAW_ANSWER)
     await page.evaluate("window.scrollTo(0, 0)")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -262,7 +267,7 @@ async def accept_in_the_page(visit: Visit, kafka_bootstrap: str, settings: Setti
     await page.click("#creds")  # the queue shows; its texts wait for the token
     await expect(row).to_be_visible()
     assert RAW_ANSWER not in await page.content()
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#who")).to_have_text("reviewer: ann")
     texts = page.locator("#review tr.texts")
     await expect(texts).to_contain_text(QUESTION)
@@ -293,22 +298,32 @@ async def test_an_action_without_the_token_is_refused_with_a_clear_message(
     await expect(page.locator("#login")).to_be_visible()
     await page.click("#login-cancel")
     await expect(message).to_have_text(
-        "rev-2: not sent: this action needs the dashboard token. Sign in first."
+        "rev-2: not sent: this action needs your token. Sign in first."
     )
 
     await row.locator("button.reject").click()  # a wrong token: the server refuses
     await sign_in(visit, "not-the-token")
     await expect(message).to_contain_text("refused: missing or wrong bearer token")
-    await expect(message).to_contain_text("Sign in again with the dashboard token")
+    await expect(message).to_contain_text("Sign in again with your token")
     await expect(page.locator("#creds")).to_have_text("Sign in")  # the wrong token is dropped
 
     # Signing in again with the right token answers the refusal: it goes at once, not at
     # the next 10-second refresh (issue 22 saw it stay red for 12 s).
     await page.click("#creds")
-    await sign_in(visit, DASHBOARD_TOKEN)
+    await sign_in(visit, ANN)
     await expect(page.locator("#who")).to_have_text("reviewer: ann")
     await expect(message).to_be_hidden(timeout=2_000)
     await page.click("#creds")  # sign out again: nothing below is decided
+
+    # The shared dashboard token reads, but names nobody: the page says so, and the
+    # server refuses its verdict.
+    await row.locator("button.accept").click()
+    await sign_in(visit, DASHBOARD_TOKEN)
+    await expect(message).to_contain_text("a verdict needs a reviewer's own credential")
+    await expect(page.locator("#who")).to_have_text(
+        "signed in with the dashboard token (reads; no verdicts)"
+    )
+    await page.click("#creds")
 
     await expect(row).to_be_visible()  # still waiting: nothing was decided
     assert RAW_ANSWER not in await page.content()
@@ -382,3 +397,37 @@ async def test_issue_22_order_dead_letters_kill_switch_time_and_deep_bodies(
     )
     assert answer == [400, "body refused: nesting deeper than 64 levels"]
     visit.assert_clean()  # and no favicon (or anything else) missing
+
+
+async def test_behind_a_proxy_the_page_is_the_proxys_reviewer_without_signing_in(
+    kafka_bootstrap: str, dashboard_settings: Settings
+):
+    from dataclasses import replace
+
+    from aiohttp import web
+
+    from workers.web.app import build_app
+
+    proxied = replace(dashboard_settings, reviewer_identity_header="X-Forwarded-User")
+    runner = web.AppRunner(build_app(proxied, proxied.load_policy()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    await queue_for_review(kafka_bootstrap, dashboard_settings, "rev-proxy")
+    try:
+        headers = {"X-Forwarded-User": "carol@example.org"}
+        async with open_tab(f"http://{host}:{port}", headers) as visit:
+            page = visit.page
+            await expect(page.locator("#who")).to_have_text("reviewer: carol@example.org")
+            await expect(page.locator("#creds")).to_be_hidden()  # nothing to sign in to
+            row = page.locator('#review tr.item[data-candidate="rev-proxy"]')
+            await expect(row).to_be_visible()
+            await expect(page.locator("#review tr.texts")).to_contain_text(RAW_ANSWER)
+            await row.locator("button.reject").click()
+            await expect(page.locator("#review-msg")).to_have_text(
+                "rev-proxy: rejected by carol@example.org"
+            )
+            visit.assert_clean()
+    finally:
+        await runner.cleanup()

@@ -1,6 +1,7 @@
 """Concurrent review verdicts on the real broker: exactly one wins, the others are told who
 decided first, and a verdict abandoned between its claim and its routing is completed as
-it was given, never lost (issue 9, item 6)."""
+it was given, never lost (issue 9, item 6); on the dashboard, each racing reviewer is the
+name their own token proves, never a typed one."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
 from workers.runtime import review
 from workers.runtime.review import AlreadyDecided, decide, pending
+from workers.runtime.reviewers import token_digest
 from workers.runtime.settings import Settings
 
 REVIEWERS = ("alice", "bob", "carol", "dave")
@@ -164,3 +166,40 @@ async def test_a_candidate_parked_again_after_a_verdict_is_listed_again(settings
     assert listed["again-1"].envelope.last_hash == "park-again-1-second"
     record = await decide(settings, policy, "again-1", HumanVerdict.REJECT, "bob", "")
     assert (record["action"], record["prev_hash"]) == ("reject", "park-again-1-second")
+
+
+async def test_racing_reviewers_on_the_dashboard_are_their_tokens_names(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from workers.web.app import build_app
+
+    tokens = {name: f"{name}-own-token" for name in REVIEWERS}
+    tokens_file = tmp_path / "reviewers.txt"
+    tokens_file.write_text("".join(f"{n}:{token_digest(t)}\n" for n, t in tokens.items()))
+    served = replace(settings, reviewer_tokens_file=str(tokens_file))
+    await park(settings, parked("race-web"))
+    async with TestClient(TestServer(build_app(served, load_policy(None)))) as client:
+
+        async def verdict(name: str, verdict: str) -> tuple[int, dict]:
+            resp = await client.post(
+                "/api/review/race-web",
+                json={"verdict": verdict, "by": "typed-name"},  # ignored: the token names them
+                headers={"Authorization": f"Bearer {tokens[name]}"},
+            )
+            return resp.status, await resp.json()
+
+        answers = await asyncio.gather(
+            *(verdict(n, v) for n, v in zip(REVIEWERS, ["accept", "reject"] * 2, strict=True))
+        )
+    won = [body for status, body in answers if status == 200]
+    lost = [body["error"] for status, body in answers if status == 409]
+    assert len(won) == 1 and len(lost) == len(REVIEWERS) - 1, answers
+    winner = won[0]["decision"]["evidence"]["reviewer"]
+    assert winner in REVIEWERS
+    assert all(f"already decided by {winner} at " in error for error in lost), lost
+    (record,) = await review_records(settings, "race-web")
+    assert record["evidence"]["reviewer"] == winner
+    (sent,) = await routed(settings, "race-web")
+    assert sent[1].human is not None and sent[1].human.by == winner

@@ -239,6 +239,8 @@ async def wait_for_partitions(
 # Shared by tests/integration/test_dashboard.py (over HTTP) and tests/browser (in Chromium).
 
 DASHBOARD_TOKEN = "integration-token"
+REVIEWER_TOKENS = {"ann": "ann-integration-token", "bob": "bob-integration-token"}
+"""Each reviewer's own token, in the dashboard's tokens file (`dashboard_settings`)."""
 
 
 def decision_record(candidate_id: str, stage: str, action: str, **extra: Any) -> dict[str, Any]:
@@ -275,13 +277,22 @@ async def until(check: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
 
 
 @pytest.fixture
-async def dashboard_settings(kafka_bootstrap: str, topic_prefix: str) -> Settings:
-    """Settings for this test's own topics (created), with the dashboard token set."""
+async def dashboard_settings(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Settings:
+    """Settings for this test's own topics (created), with the shared dashboard token and
+    a reviewer tokens file naming ann and bob (`REVIEWER_TOKENS`)."""
+    from workers.runtime.reviewers import token_digest
+
+    tokens_file = tmp_path / "reviewers.txt"
+    tokens_file.write_text(
+        "".join(f"{name}:{token_digest(token)}\n" for name, token in REVIEWER_TOKENS.items()),
+        encoding="utf-8",
+    )
     settings = Settings(
         bootstrap_servers=kafka_bootstrap,
         topic_prefix=topic_prefix,
         partitions=2,
         web_token=DASHBOARD_TOKEN,
+        reviewer_tokens_file=str(tokens_file),
     )
     await create_ladder_topics(
         settings.kafka(), topic_prefix, settings.partitions, settings.replication

@@ -1,5 +1,6 @@
 """The dashboard on a real broker and a real TCP port: it counts what is on `decisions`,
-streams new records live, publishes the kill switch, and works the review queue."""
+streams new records live (their public projection without a credential), publishes the
+kill switch, and works the review queue under each reviewer's own name."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from workers.runtime.control import KILL_SWITCH_KEY
 
 from .conftest import (
     DASHBOARD_TOKEN,
+    REVIEWER_TOKENS,
     consume_all,
     decision_record,
     produce,
@@ -24,11 +26,16 @@ from .conftest import (
 )
 
 AUTH = {"Authorization": f"Bearer {DASHBOARD_TOKEN}"}
+ANN = {"Authorization": f"Bearer {REVIEWER_TOKENS['ann']}"}
+BOB = {"Authorization": f"Bearer {REVIEWER_TOKENS['bob']}"}
 RAW_ANSWER = "The refund window is ninety days for every customer"
+WINDOW = "Refunds are accepted within thirty days of delivery."
 
 
-async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
-    async with http.get(url) as resp:
+async def get_json(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None
+) -> Any:
+    async with http.get(url, headers=headers or {}) as resp:
         assert resp.status == 200, await resp.text()
         return await resp.json()
 
@@ -103,6 +110,45 @@ async def test_events_stream_records_produced_after_connecting(
             data = await asyncio.wait_for(read_until_live(), 30)
         assert data["stage"] == "switch"
         assert data["action"] == "accept"
+        assert "reason" not in data and data["reason_code"] == "switch.accept"  # public
+
+
+async def test_answer_text_is_served_only_with_a_credential(
+    kafka_bootstrap, dashboard_settings, dashboard_url
+):
+    texts = (RAW_ANSWER, WINDOW, "Returns are free of charge.")
+    evidence = {
+        "grounding_probability": 0.4,
+        "weakest_claim": {"claim": texts[0], "window": texts[1], "score": 0.1, "claims": 2},
+        "reader": {
+            "name": "r",
+            "claims": [{"text": t, "span": [0, 1], "support": 0.5} for t in texts],
+        },
+    }
+    await send_decisions(
+        kafka_bootstrap,
+        dashboard_settings,
+        decision_record(
+            "txt-1", "geometry", "scored", reason=f"weakest: {texts[0]}", evidence=evidence
+        ),
+    )
+    url = f"{dashboard_url}/api/decisions?candidate_id=txt-1"
+    async with aiohttp.ClientSession() as http:
+
+        async def arrived():
+            return (await get_json(http, url))["count"] == 1
+
+        assert await until(arrived)
+        async with http.get(url) as resp:
+            public = await resp.text()
+        for text in texts:
+            assert text not in public
+        assert loads(public)["decisions"][0]["evidence"] == {"grounding_probability": 0.4}
+        for headers in (AUTH, ANN):
+            async with http.get(url, headers=headers) as resp:
+                whole = await resp.text()
+            for text in texts:
+                assert text in whole
 
 
 async def test_kill_switch_is_published_on_control(
@@ -169,23 +215,33 @@ async def _review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, d
         assert RAW_ANSWER not in text and "refund window" not in text
         (item,) = loads(text)["pending"]
         assert item["candidate_id"] == "rev-1"
+        assert "reason" not in item  # free text: with a credential only
+        (item,) = (await get_json(http, f"{dashboard_url}/api/review", ANN))["pending"]
         assert item["reason"] == "rule violation: support"
 
         async with http.post(
-            f"{dashboard_url}/api/review/nobody",
-            json={"verdict": "accept", "by": "ann"},
-            headers=AUTH,
+            f"{dashboard_url}/api/review/nobody", json={"verdict": "accept"}, headers=ANN
         ) as resp:
             assert resp.status == 404
+        # Neither a wrong token nor the shared one (it names nobody) gives a verdict.
+        for headers, status in (({"Authorization": "Bearer wrong"}, 401), (AUTH, 403)):
+            async with http.post(
+                f"{dashboard_url}/api/review/rev-1",
+                json={"verdict": "accept", "by": "ann"},
+                headers=headers,
+            ) as resp:
+                assert resp.status == status, await resp.text()
+        assert (await get_json(http, f"{dashboard_url}/api/review"))["count"] == 1
         async with http.post(
             f"{dashboard_url}/api/review/rev-1",
-            json={"verdict": "reject", "by": "ann", "note": "contradicts the source"},
-            headers=AUTH,
+            json={"verdict": "reject", "by": "mallory", "note": "contradicts the source"},
+            headers=ANN,
         ) as resp:
             body = await resp.json()
             assert resp.status == 200, body
         assert body["decision"]["stage"] == "review"
         assert body["decision"]["action"] == "reject"
+        assert body["decision"]["evidence"]["reviewer"] == "ann"  # not the typed "mallory"
 
         async def trail():
             got = await get_json(http, f"{dashboard_url}/api/decisions?candidate_id=rev-1")
@@ -200,3 +256,38 @@ async def _review_queue_lists_and_decides(kafka_bootstrap, dashboard_settings, d
             return (await get_json(http, f"{dashboard_url}/api/review"))["count"] == 0
 
         assert await until(gone, timeout=10)
+
+        # A second reviewer, with their own token: their verdict is recorded as theirs.
+        second = Envelope(
+            candidate=Candidate(
+                id="rev-2", session_id="s-rev2", question="Q?", response="A.", turn=1, context="C."
+            ),
+            route="default",
+            mode="active",
+            trail=({"stage": "judge", "action": "escalate", "reason": "judge unsure"},),
+            last_hash="park-rev-2",  # its own parking: rev-1's verdict links to another
+        )
+        await produce(
+            kafka_bootstrap, dashboard_settings.topic(Topic.REVIEW), [(b"s-rev2", second.encode())]
+        )
+
+        async def listed():
+            return (await get_json(http, f"{dashboard_url}/api/review"))["count"] == 1
+
+        assert await until(listed, timeout=10)
+        async with http.post(
+            f"{dashboard_url}/api/review/rev-2", json={"verdict": "accept"}, headers=BOB
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+        async def reviewers():
+            found = {}
+            for cid in ("rev-1", "rev-2"):
+                url = f"{dashboard_url}/api/decisions?candidate_id={cid}"
+                for d in (await get_json(http, url, AUTH))["decisions"]:
+                    if d["stage"] == "review":
+                        found[cid] = d["evidence"]["reviewer"]
+            return found if len(found) == 2 else None
+
+        # As read back from `decisions`, the audit trail: each verdict under its own name.
+        assert await until(reviewers) == {"rev-1": "ann", "rev-2": "bob"}

@@ -77,6 +77,7 @@ MALFORMED: dict[str, list[str]] = {
     "reader export": ["reader", "export", "{bad}", "--out", "{tmp}/exported"],
     "verify": ["verify", "{good}", "--policy", "{bad}"],
     "check": ["check", "[not json"],  # a malformed line rather than a file
+    "review add-reviewer": ["review", "add-reviewer", "ana", "--file", "{bad}"],
 }
 
 # Commands that ask a model endpoint, given one that does not answer: their report ends

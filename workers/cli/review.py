@@ -92,19 +92,90 @@ def review_show(candidate_id: str) -> None:
 @review.command("decide")
 @click.argument("candidate_id")
 @click.argument("verdict", type=click.Choice([v.value for v in HumanVerdict]), metavar="VERDICT")
-@click.option("--by", required=True, help="Who decides (recorded in the audit trail).")
+@click.option(
+    "--by",
+    default=None,
+    help="Who decides, recorded in the audit trail: a name the operator asserts, needed "
+    "unless GROUNDSTREAM_REVIEWER_TOKENS_FILE is set; with it, the reviewer is the name "
+    "GROUNDSTREAM_REVIEWER_TOKEN matches there.",
+)
 @click.option("--note", default="", help="Why (recorded in the audit trail).")
 @policy_option
-def review_decide(candidate_id: str, verdict: str, by: str, note: str, policy: str | None) -> None:
+def review_decide(
+    candidate_id: str, verdict: str, by: str | None, note: str, policy: str | None
+) -> None:
     """Record a person's verdict: accept goes through rules to state, reject ends it."""
     from pipeline.stages.review import HumanVerdict
     from workers.runtime.review import decide
 
     settings = load_settings(policy)
+    reviewer = _reviewer(settings.reviewer_tokens_file, settings.reviewer_token, by)
     try:
         record = run_kafka(
-            decide(settings, load_policy(settings), candidate_id, HumanVerdict(verdict), by, note)
+            decide(
+                settings, load_policy(settings), candidate_id, HumanVerdict(verdict), reviewer, note
+            )
         )
     except (LookupError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{record['candidate_id']}: {record['action']} by {by}")
+    click.echo(f"{record['candidate_id']}: {record['action']} by {reviewer}")
+
+
+def _reviewer(tokens_file: str, token: str, by: str | None) -> str:
+    """Who a CLI verdict is recorded under. With a tokens file, the name the reviewer's
+    own token matches (so a typo cannot name someone else); without one, `--by`, which
+    proves no more than the Kafka credentials the command runs with."""
+    if not tokens_file:
+        if by is None:
+            raise click.UsageError(
+                "review decide needs --by (who decides), or GROUNDSTREAM_REVIEWER_TOKENS_FILE "
+                "with your own GROUNDSTREAM_REVIEWER_TOKEN"
+            )
+        return by
+    from workers.runtime.reviewers import ReviewerFileError, load_reviewers
+
+    if not token:
+        raise click.ClickException(
+            "GROUNDSTREAM_REVIEWER_TOKENS_FILE is set: put your own reviewer token in "
+            "GROUNDSTREAM_REVIEWER_TOKEN"
+        )
+    try:
+        name = load_reviewers(tokens_file).match(token)
+    except ReviewerFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    if name is None:
+        raise click.ClickException(
+            f"GROUNDSTREAM_REVIEWER_TOKEN matches no reviewer in {tokens_file}"
+        )
+    if by is not None and by != name:
+        raise click.ClickException(f"--by {by} is not the token's reviewer ({name})")
+    return name
+
+
+@review.command("add-reviewer")
+@click.argument("name")
+@click.option(
+    "--file",
+    "tokens_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The reviewer tokens file (made if missing); default GROUNDSTREAM_REVIEWER_TOKENS_FILE.",
+)
+def add_reviewer(name: str, tokens_file: Path | None) -> None:
+    """Give a reviewer their own token: appends `NAME:<sha256 of the token>` to the tokens
+    file and prints the token, once, on stdout (the file keeps only its digest)."""
+    import os
+
+    from workers.runtime.reviewers import SETTING, ReviewerFileError, add_reviewer
+
+    path = tokens_file or os.environ.get(SETTING)
+    if not path:
+        raise click.UsageError(f"add-reviewer needs --file or {SETTING}")
+    try:
+        token = add_reviewer(path, name)
+    except ReviewerFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"{path}: {exc.strerror or exc}") from None
+    click.echo(f"added {name} to {path}; their token (shown only now):", err=True)
+    click.echo(token)

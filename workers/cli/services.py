@@ -76,6 +76,15 @@ def dashboard(policy: str | None) -> None:
 
     settings = load_settings(policy)
     load_policy(settings)
+    if settings.reviewer_tokens_file:  # a bad line stops it here, before the broker
+        from workers.runtime.reviewers import ReviewerFileError, load_reviewers
+
+        try:
+            load_reviewers(settings.reviewer_tokens_file)
+        except ReviewerFileError as exc:
+            error = click.ClickException(str(exc))
+            error.exit_code = 2
+            raise error from None
     require_broker(settings)
     run_dashboard(settings)
 

@@ -156,6 +156,13 @@ def _existing_file(v: str) -> str:
     return v
 
 
+def _header_name(v: str) -> str:
+    """An HTTP header name ("" for none): letters, digits and dashes."""
+    if v and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}", v):
+        raise ValueError
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -193,6 +200,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "kafka_sasl_mechanism": (_one_of(SASL_MECHANISMS, unset=True), ", ".join(SASL_MECHANISMS)),
     "kafka_sasl_password_file": (_existing_file, "a readable file"),
     "kafka_oauth_token_file": (_existing_file, "a readable file"),
+    "reviewer_tokens_file": (_existing_file, "a readable file"),
+    "reviewer_identity_header": (_header_name, "an HTTP header name such as X-Forwarded-User"),
     "kafka_aws_region": (_aws_region, "an AWS region such as eu-west-1"),
     "kafka_ssl_ca_file": (_existing_file, "a readable file"),
     "kafka_ssl_cert_file": (_existing_file, "a readable file"),
@@ -204,6 +213,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
 SECRET_FIELDS = frozenset(
     {
         "web_token",
+        "reviewer_token",
         "judge_api_key",
         "sampler_api_key",
         "stage_key",
@@ -288,9 +298,18 @@ class Settings:
     web_port: int = 6066
     """The dashboard's port."""
     web_token: str = field(default="", repr=False)
-    """The dashboard's token: its state-changing endpoints are refused without it."""
+    """The dashboard's shared token: reads whole records and flips the kill switch, but names
+    nobody, so it gives no review verdict (GROUNDSTREAM_REVIEWER_TOKENS_FILE does)."""
     web_allowed_hosts: str = ""
     """Comma-separated host names the dashboard answers besides loopback and its bind address."""
+    reviewer_tokens_file: str = ""
+    """Reviewers' own credentials, one `name:<sha256 of the token>` a line (`groundstream
+    review add-reviewer`): a verdict is recorded under the name its token matches."""
+    reviewer_identity_header: str = ""
+    """The header an authenticating proxy in front of the dashboard names the signed-in user
+    in (`X-Forwarded-User`): trusted only when set, so reach the dashboard only through it."""
+    reviewer_token: str = field(default="", repr=False)
+    """`groundstream review decide` with a tokens file: the deciding reviewer's own token."""
     data_dir: str = ".groundstream"
     """Local data: each stage's readiness file."""
     sampler_url: str = ""

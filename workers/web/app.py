@@ -2,22 +2,22 @@
 
 A background feed follows `decisions` (and the control topic, for the kill-switch banner)
 with a group-less consumer, from the beginning and then live, and folds every record into
-one `DashboardState` owned by the app: bounded counters, the last N sanitized records,
-score histograms and a per-minute rate. Everything the dashboard serves or keeps is a
-sanitized record (`pipeline.trail.records.sanitize`) or a review summary: never raw answer text.
+one `DashboardState` owned by the app: bounded counters, the last N records, score
+histograms and a per-minute rate.
 
-Reading is open to whoever can reach the bind address (127.0.0.1 unless
-GROUNDSTREAM_WEB_HOST says otherwise). Changing state (a review verdict, the kill switch)
-needs `Authorization: Bearer <GROUNDSTREAM_WEB_TOKEN>`; with no token configured those
-endpoints refuse (403), so the dashboard is never open for writes by default. The raw
-texts of review items (question, context, answer) are served only with that token too.
+Who may see and do what is `workers.web.access`. Without a credential a request gets the
+aggregates, each record's public projection (`pipeline.trail.disclosure.public_record`, an
+allow-list: no answer text, no free-text reason) and the review queue's ids and times; with
+one, the sanitized records and the review items' raw texts. A verdict needs a reviewer's
+own credential (their token, or the authenticating proxy's identity header) and is recorded
+under that name; the kill switch needs any credential. With none configured, every write
+is refused (403), so the dashboard is never open for writes by default.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import logging
 import time
@@ -35,9 +35,9 @@ from pipeline.trail.records import sanitize
 from topics.codec import DecodeLimitError, dumps, loads
 from workers.runtime.review import AlreadyDecided
 from workers.runtime.settings import Settings
+from workers.web.access import Access, Gate, Refused
 from workers.web.feed import (
     REVIEW_TIMEOUT,
-    TEXTS,
     Feed,
     KafkaFeed,
     KafkaOperations,
@@ -74,6 +74,10 @@ SETTINGS = web.AppKey("groundstream_settings", Settings)
 REVIEW_CACHE = web.AppKey("groundstream_review_cache", _ReviewCache)
 FEED_TASK = web.AppKey("groundstream_feed_task", asyncio.Task)
 ALLOWED_HOSTS = web.AppKey("groundstream_allowed_hosts", frozenset)
+GATE = web.AppKey("groundstream_gate", Gate)
+PUBLIC_REVIEW_FIELDS = ("candidate_id", "session_id", "turn", "stage", "route", "gate", "queued_at")
+"""What a review item shows without a credential: ids and times. The reason is free text
+that may quote the answer, and who claimed it is a person: both need a credential."""
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -127,21 +131,17 @@ async def _security_headers(
     return response
 
 
-def _authorize(request: web.Request) -> web.Response | None:
-    """None when the request carries the configured token; else the refusal to send."""
-    token = request.app[SETTINGS].web_token
-    if not token:
-        return _error(
-            403,
-            "GROUNDSTREAM_WEB_TOKEN is not set: review verdicts and the kill switch are "
-            "disabled on this dashboard",
-        )
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode("utf-8"), token.encode("utf-8")
-    ):
-        return _error(401, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"})
-    return None
+def _refusal(refused: Refused) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if refused.challenge else {}
+    return _error(refused.status, refused.message, **headers)
+
+
+def _access(request: web.Request) -> Access | web.Response:
+    """The request's access (public without a credential), or the refusal of a wrong one."""
+    try:
+        return request.app[GATE].who(request.headers)
+    except Refused as refused:
+        return _refusal(refused)
 
 
 async def _body(request: web.Request) -> dict[str, Any] | web.Response:
@@ -162,6 +162,8 @@ async def _body(request: web.Request) -> dict[str, Any] | web.Response:
 
 
 def _person(body: Mapping[str, Any]) -> str | web.Response:
+    """The typed name of whoever flips the kill switch with the shared dashboard token
+    (which names nobody); a reviewer's credential names them instead."""
     by = body.get("by")
     if not isinstance(by, str) or not by.strip():
         return _error(400, '"by" must name the person deciding (a non-empty string)')
@@ -186,9 +188,19 @@ async def health(request: web.Request) -> web.Response:
             "records": state.records,
             "subscribers": len(state.subscribers),
             "kill_switch": state.control.kill_switch,
-            "writes_enabled": bool(request.app[SETTINGS].web_token),
+            "writes_enabled": request.app[GATE].configured,
+            "verdicts_enabled": request.app[GATE].reviewers_configured,
         }
     )
+
+
+async def me(request: web.Request) -> web.Response:
+    """What this request's credential is: the page shows the reviewer it signs verdicts as
+    (behind a proxy, without any sign-in of its own)."""
+    access = _access(request)
+    if isinstance(access, web.Response):
+        return access
+    return _json({"reviewer": access.reviewer, "full": access.full, "via": access.via})
 
 
 async def summary(request: web.Request) -> web.Response:
@@ -196,6 +208,10 @@ async def summary(request: web.Request) -> web.Response:
 
 
 async def decisions(request: web.Request) -> web.Response:
+    """The last records, newest first: sanitized with a credential, else public."""
+    access = _access(request)
+    if isinstance(access, web.Response):
+        return access
     state = request.app[STATE]
     raw = request.query.get("limit", "100")
     try:
@@ -205,11 +221,17 @@ async def decisions(request: web.Request) -> web.Response:
     if not 1 <= limit <= state.recent.maxlen:  # type: ignore[operator]
         return _error(400, f"limit must be between 1 and {state.recent.maxlen}")
     candidate_id = request.query.get("candidate_id") or None
-    items = state.decisions(limit, candidate_id)
-    return _json({"decisions": items, "count": len(items), "records": state.records})
+    items = state.decisions(limit, candidate_id, full=access.full)
+    return _json(
+        {"decisions": items, "count": len(items), "records": state.records, "full": access.full}
+    )
 
 
 async def events(request: web.Request) -> web.StreamResponse:
+    """New records as server-sent events: sanitized with a credential, else public."""
+    access = _access(request)
+    if isinstance(access, web.Response):
+        return access
     state = request.app[STATE]
     if len(state.subscribers) >= MAX_SUBSCRIBERS:
         return _error(503, f"{MAX_SUBSCRIBERS} live streams already open", **{"Retry-After": "10"})
@@ -232,7 +254,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                 continue
             if item is None:
                 break
-            await response.write(b"event: decision\ndata: " + dumps(item) + b"\n\n")
+            data = dumps(item.to(access.full))
+            await response.write(b"event: decision\ndata: " + data + b"\n\n")
     except ConnectionResetError:
         pass  # the client went away
     finally:
@@ -241,14 +264,16 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 async def review_list(request: web.Request) -> web.Response:
-    """What waits for review; with the bearer token, each item's raw texts too.
+    """What waits for review: with a credential, each item whole with its raw texts;
+    without, its ids and times only (`PUBLIC_REVIEW_FIELDS`).
 
     A request that offers a token must offer the right one (401 otherwise), so a reviewer's
     page learns that its token is wrong rather than silently showing no texts.
     """
-    with_texts = "Authorization" in request.headers
-    if with_texts and (refusal := _authorize(request)) is not None:
-        return refusal
+    access = _access(request)
+    if isinstance(access, web.Response):
+        return access
+    with_texts = access.full
     cache = request.app[REVIEW_CACHE]
     async with cache.lock:
         if cache.items is None or time.monotonic() - cache.at > REVIEW_CACHE_SECONDS:
@@ -259,15 +284,19 @@ async def review_list(request: web.Request) -> web.Response:
                 return _error(503, f"review queue unavailable ({type(exc).__name__})")
             cache.items, cache.at = items, time.monotonic()
     pending = [
-        item if with_texts else {k: v for k, v in item.items() if k != TEXTS}
+        item if with_texts else {k: item.get(k) for k in PUBLIC_REVIEW_FIELDS}
         for item in cache.items
     ]
     return _json({"pending": pending, "count": len(pending), "texts": with_texts})
 
 
 async def review_decide(request: web.Request) -> web.Response:
-    if (refusal := _authorize(request)) is not None:
-        return refusal
+    """A reviewer's verdict, recorded under the name their credential proves; a `by` in
+    the body is ignored (the page no longer sends one)."""
+    try:
+        by = request.app[GATE].reviewer(request.headers)
+    except Refused as refused:
+        return _refusal(refused)
     body = await _body(request)
     if isinstance(body, web.Response):
         return body
@@ -277,9 +306,6 @@ async def review_decide(request: web.Request) -> web.Response:
     verdict = body.get("verdict")
     if verdict not in ("accept", "reject"):
         return _error(400, '"verdict" must be "accept" or "reject"')
-    by = _person(body)
-    if isinstance(by, web.Response):
-        return by
     note = body.get("note", "")
     if not isinstance(note, str) or len(note) > 2000:
         return _error(400, '"note" must be a string of at most 2000 characters')
@@ -303,15 +329,19 @@ async def review_decide(request: web.Request) -> web.Response:
 
 
 async def kill_switch(request: web.Request) -> web.Response:
-    if (refusal := _authorize(request)) is not None:
-        return refusal
+    """Any credential may stop automatic acceptance; a reviewer's is recorded by name, the
+    shared dashboard token's by the `by` its holder types."""
+    try:
+        access = request.app[GATE].writer(request.headers)
+    except Refused as refused:
+        return _refusal(refused)
     body = await _body(request)
     if isinstance(body, web.Response):
         return body
     on = body.get("on")
     if not isinstance(on, bool):
         return _error(400, '"on" must be true or false')
-    by = _person(body)
+    by = access.reviewer or _person(body)
     if isinstance(by, web.Response):
         return by
     try:
@@ -361,6 +391,7 @@ def build_app(
     app = web.Application(middlewares=[_host_check, _security_headers], client_max_size=MAX_BODY)
     app[SETTINGS] = settings
     app[ALLOWED_HOSTS] = allowed_hosts(settings)
+    app[GATE] = Gate(settings)
     app[STATE] = state if state is not None else DashboardState()
     app[FEED] = feed if feed is not None else KafkaFeed(settings)
     app[OPS] = ops if ops is not None else KafkaOperations(settings, policy)
@@ -369,6 +400,7 @@ def build_app(
     app.on_shutdown.append(_close_streams)
     app.router.add_get("/", index)
     app.router.add_get("/api/health", health)
+    app.router.add_get("/api/me", me)
     app.router.add_get("/api/summary", summary)
     app.router.add_get("/api/decisions", decisions)
     app.router.add_get("/api/events", events)
@@ -391,20 +423,30 @@ def _is_loopback(host: str) -> bool:
 def run_dashboard(settings: Settings) -> None:
     """Serve the dashboard on settings.web_host:web_port until SIGINT or SIGTERM."""
     policy = settings.load_policy()
-    if not settings.web_token:
+    app = build_app(settings, policy)  # a bad tokens file stops it here, in one line
+    gate = app[GATE]
+    if not gate.configured:
+        log.warning("no credential is configured: the dashboard is read-only (writes answer 403)")
+    elif not gate.reviewers_configured:
         log.warning(
-            "GROUNDSTREAM_WEB_TOKEN is not set: the dashboard is read-only "
-            "(review verdicts and the kill switch answer 403)"
+            "no reviewer credentials (GROUNDSTREAM_REVIEWER_TOKENS_FILE or "
+            "GROUNDSTREAM_REVIEWER_IDENTITY_HEADER): review verdicts answer 403"
+        )
+    if settings.reviewer_identity_header:
+        log.warning(
+            "trusting the %s header as the reviewer's identity: serve this dashboard only "
+            "through the authenticating proxy that sets it",
+            settings.reviewer_identity_header,
         )
     if not _is_loopback(settings.web_host):
         log.warning(
             "dashboard listens on %s, beyond this machine: anyone who can reach it can read "
-            "the sanitized decisions",
+            "the aggregates and the public projection of the decisions",
             settings.web_host,
         )
     log.warning("dashboard on http://%s:%d/", settings.web_host, settings.web_port)
     web.run_app(
-        build_app(settings, policy),
+        app,
         host=settings.web_host,
         port=settings.web_port,
         shutdown_timeout=5.0,

@@ -22,7 +22,7 @@ REVIEW_TIMEOUT = 30.0
 MAX_TEXT = 4000
 """Characters of each raw text (question, context chunk, answer) a reviewer's page gets."""
 TEXTS = "texts"
-"""The key of a review item's raw texts: served only to a request with the token."""
+"""The key of a review item's raw texts: served only to a request with a credential."""
 
 # ------------------------------------------------------------------------ feed --
 
@@ -146,7 +146,10 @@ class KafkaOperations:
         from workers.runtime.review import pending
 
         items = await pending(self.settings, timeout=REVIEW_TIMEOUT / 2)
-        return [item.summary() | {TEXTS: review_texts(item.envelope.candidate)} for item in items]
+        return [
+            item.summary() | {"gate": item.gate, TEXTS: review_texts(item.envelope.candidate)}
+            for item in items
+        ]
 
     async def decide(
         self, candidate_id: str, verdict: HumanVerdict, by: str, note: str

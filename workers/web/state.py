@@ -1,10 +1,11 @@
-"""Dashboard state: live aggregates of sanitized decision records.
+"""Dashboard state: live aggregates of decision records, and the last records in two forms.
 
 Every record the feed reads is folded into one `DashboardState` owned by the app: bounded
-counters, the last N sanitized records, score histograms (the SGI/DGI each geometry record
-carries and the P(grounded) the switch routes on), per-stage latency windows and outcomes
-per minute. Everything kept here is a sanitized record (`pipeline.trail.records.sanitize`) or a
-number: never raw answer text.
+counters, the last N records, score histograms (the SGI/DGI each geometry record carries
+and the P(grounded) the switch routes on), per-stage latency windows and outcomes per
+minute. Each record is kept twice, both made from the record as read: sanitized
+(`pipeline.trail.records.sanitize`, for a request with a credential) and its public
+projection (`pipeline.trail.disclosure.public_record`, an allow-list, for anyone else).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import math
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pipeline.scores.grounding import LONG_FORM
+from pipeline.trail.disclosure import public_record
 from pipeline.trail.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
@@ -46,6 +49,18 @@ MAX_NAME = 80  # stage, action, gate ... names longer than this are cut
 
 
 # ----------------------------------------------------------------------- state --
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """One record as the dashboard may serve it: `full` (sanitized) to a request with a
+    credential, `public` (the allow-listed projection) to one without."""
+
+    full: dict[str, Any]
+    public: dict[str, Any]
+
+    def to(self, full: bool) -> dict[str, Any]:
+        return self.full if full else self.public
 
 
 class BoundedCounter:
@@ -168,8 +183,8 @@ class DashboardState:
         """The last judge budget figures recorded per (route, tenant, input partition)."""
         self.histograms: dict[str, Histogram] = {}
         self.thresholds: dict[str, float | str] = {}
-        self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
-        self.trails: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self.recent: deque[Shown] = deque(maxlen=recent)
+        self.trails: OrderedDict[str, deque[Shown]] = OrderedDict()
         self.max_trails, self.trail_length = trails, trail_length
         self.minutes: dict[int, Minute] = {}
         self.latency: dict[str, deque[float]] = {}
@@ -179,7 +194,7 @@ class DashboardState:
         self.last_decided_at: str | None = None
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._max_seen = seen_hashes
-        self.subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.subscribers: set[asyncio.Queue[Shown | None]] = set()
         self.subscriber_queue = subscriber_queue
         self.dropped_events = 0
 
@@ -209,6 +224,9 @@ class DashboardState:
             if len(self._seen) > self._max_seen:
                 self._seen.popitem(last=False)
         clean = sanitize(record)
+        # The projection is made from the record as read, not from `clean`: it counts what
+        # sanitize drops (interpretations, rule hits) and names none of it.
+        shown = Shown(clean, public_record(record))
         self.records += 1
         stage = _name(record.get("stage"), "?")
         action = _name(record.get("action"), "?")
@@ -230,9 +248,9 @@ class DashboardState:
         self._histogram(record, stage)
         self._latency(record, stage, is_outcome)
         self._time(record, is_outcome)
-        self.recent.append(clean)
-        self._trail(record["candidate_id"], clean)
-        self._publish(clean)
+        self.recent.append(shown)
+        self._trail(record["candidate_id"], shown)
+        self._publish(shown)
         return clean
 
     def _breakers(self, record: Mapping[str, Any]) -> None:
@@ -377,7 +395,7 @@ class DashboardState:
         for s in [s for s in self.seconds if s <= now - 60]:
             del self.seconds[s]
 
-    def _trail(self, candidate_id: str, clean: dict[str, Any]) -> None:
+    def _trail(self, candidate_id: str, shown: Shown) -> None:
         cid = candidate_id[:512]
         trail = self.trails.get(cid)
         if trail is None:
@@ -386,25 +404,25 @@ class DashboardState:
                 self.trails.popitem(last=False)
         else:
             self.trails.move_to_end(cid)
-        trail.append(clean)
+        trail.append(shown)
 
     # -- live subscribers ---------------------------------------------------------
 
-    def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(self.subscriber_queue)
+    def subscribe(self) -> asyncio.Queue[Shown | None]:
+        queue: asyncio.Queue[Shown | None] = asyncio.Queue(self.subscriber_queue)
         self.subscribers.add(queue)
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Shown | None]) -> None:
         self.subscribers.discard(queue)
 
-    def _publish(self, clean: dict[str, Any]) -> None:
+    def _publish(self, shown: Shown) -> None:
         for queue in self.subscribers:
             if queue.full():  # a slow client loses its oldest events, never stalls the feed
                 with contextlib.suppress(asyncio.QueueEmpty):
                     queue.get_nowait()
                 self.dropped_events += 1
-            queue.put_nowait(clean)
+            queue.put_nowait(shown)
 
     def close_subscribers(self) -> None:
         for queue in self.subscribers:
@@ -415,14 +433,17 @@ class DashboardState:
 
     # -- reading ------------------------------------------------------------------
 
-    def decisions(self, limit: int, candidate_id: str | None = None) -> list[dict[str, Any]]:
+    def decisions(
+        self, limit: int, candidate_id: str | None = None, *, full: bool = False
+    ) -> list[dict[str, Any]]:
         """Newest first by decision time (records of several partitions arrive
-        interleaved; arrival order breaks ties, and a record without a time goes last)."""
+        interleaved; arrival order breaks ties, and a record without a time goes last);
+        sanitized with `full`, else each record's public projection."""
         if candidate_id is not None:
             source: Any = self.trails.get(candidate_id, ())
         else:
             source = self.recent
-        newest = list(reversed(source))
+        newest = [shown.to(full) for shown in reversed(source)]
         newest.sort(key=lambda r: _epoch(r.get("decided_at")) or 0.0, reverse=True)
         return newest[:limit]
 

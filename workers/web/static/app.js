@@ -38,6 +38,7 @@ const $ = (id) => document.getElementById(id);
 const state = {
   writesEnabled: true, killSwitch: false, filter: "", pendingLogin: null,
   reviewWaiting: null, summary: null, summaryTimer: null, reviewAsked: 0,
+  proxy: null, follow: null,
 };
 
 function el(tag, props = {}, ...children) {
@@ -103,26 +104,57 @@ function routedScore(d) {
 
 // ---------------------------------------------------------------- credentials --
 
+// The token is the credential; who it names (a reviewer, or nobody for the shared
+// dashboard token) is the server's answer (/api/me), never what was typed. Behind an
+// authenticating proxy the proxy names the reviewer and the page holds no token at all.
 const creds = {
   get by() { return sessionStorage.getItem("gs.by") || ""; },
   get token() { return sessionStorage.getItem("gs.token") || ""; },
+  get reviewer() { return state.proxy || sessionStorage.getItem("gs.reviewer") || ""; },
+  get signedIn() { return Boolean(state.proxy || creds.token); },
   save(by, token) {
     sessionStorage.setItem("gs.by", by);
     sessionStorage.setItem("gs.token", token);
+    sessionStorage.removeItem("gs.reviewer");
     showWho();
+    refreshWho();
+    refollow();
   },
-  forgetToken() { sessionStorage.removeItem("gs.token"); showWho(); },
-  clear() { sessionStorage.removeItem("gs.by"); sessionStorage.removeItem("gs.token"); showWho(); },
+  forgetToken() {
+    const had = Boolean(creds.token);
+    sessionStorage.removeItem("gs.token");
+    sessionStorage.removeItem("gs.reviewer");
+    showWho();
+    if (had) refollow();
+  },
+  clear() { sessionStorage.removeItem("gs.by"); creds.forgetToken(); },
 };
 
+const authHeader = (token) => (token ? { Authorization: `Bearer ${token}` } : {});
+
 function showWho() {
-  $("who").textContent = creds.token ? `reviewer: ${creds.by}` : "";
+  const who = creds.reviewer ? `reviewer: ${creds.reviewer}`
+    : creds.token ? "signed in with the dashboard token (reads; no verdicts)" : "";
+  $("who").textContent = who;
   $("creds").textContent = creds.token ? "Sign out" : "Sign in";
-  $("review-hint").textContent = creds.token ? "" : "sign in with the dashboard token to read the texts and decide";
+  $("creds").hidden = Boolean(state.proxy);
+  $("review-hint").textContent = creds.signedIn ? "" : "sign in with your reviewer token to read the texts and decide";
+}
+
+// Who this tab's credential names: a reviewer, nobody (the dashboard token), or the
+// proxy's signed-in user.
+async function refreshWho() {
+  const token = creds.token;
+  try {
+    const me = await getJSON("/api/me", authHeader(token));
+    if (me.via === "proxy") state.proxy = me.reviewer;
+    else if (token && token === creds.token && me.reviewer) sessionStorage.setItem("gs.reviewer", me.reviewer);
+  } catch { /* a wrong token is forgotten by getJSON */ }
+  showWho();
 }
 
 function askCreds() {
-  if (creds.by && creds.token) return Promise.resolve(true);
+  if (creds.signedIn) return Promise.resolve(true);
   $("login-by").value = creds.by;
   $("login-token").value = "";
   $("login").showModal();
@@ -133,7 +165,7 @@ function closeLogin(ok) {
   if (ok) {
     const by = $("login-by").value.trim();
     const token = $("login-token").value;
-    if (!by || !token) return;
+    if (!token) return;
     creds.save(by, token);
   }
   const resolve = state.pendingLogin;
@@ -157,21 +189,21 @@ async function getJSON(path, headers = {}) {
 }
 
 function refusal(status, error) {
-  if (status === 401) return `refused: ${error}. Sign in again with the dashboard token.`;
+  if (status === 401) return `refused: ${error}. Sign in again with your token.`;
   if (status === 403) return `refused: ${error}.`;
   return `${error} (${status})`;
 }
 
 async function post(path, body) {
   if (!state.writesEnabled) {
-    throw new Error("refused: GROUNDSTREAM_WEB_TOKEN is not set on the server, actions are disabled.");
+    throw new Error("refused: no credential is configured on the server, actions are disabled.");
   }
   if (!(await askCreds())) {
-    throw new Error("not sent: this action needs the dashboard token. Sign in first.");
+    throw new Error("not sent: this action needs your token. Sign in first.");
   }
   const res = await fetch(path, {
     method: "POST",
-    headers: { "Content-Type": "application/json", Authorization: `Bearer ${creds.token}` },
+    headers: { "Content-Type": "application/json", ...authHeader(creds.token) },
     body: JSON.stringify({ ...body, by: creds.by }),
   });
   const data = await res.json().catch(() => ({}));
@@ -463,7 +495,7 @@ async function refreshHealth() {
     state.writesEnabled = h.writes_enabled;
     for (const id of ["kill", "creds"]) {
       $(id).disabled = !h.writes_enabled;
-      if (!h.writes_enabled) $(id).title = "GROUNDSTREAM_WEB_TOKEN is not set: read-only";
+      if (!h.writes_enabled) $(id).title = "no credential is configured on the server: read-only";
     }
     if (!h.feed.connected) setConn("broker unreachable", "bad");
   } catch {
@@ -485,7 +517,8 @@ async function decide(item, verdict, noteInput, buttons) {
   try {
     const res = await post(`/api/review/${encodeURIComponent(item.candidate_id)}`,
       { verdict, note: noteInput.value });
-    if (res) reviewMsg(`${item.candidate_id}: ${verdict}ed by ${creds.by}`, "good-text");
+    const by = res && res.decision.evidence && res.decision.evidence.reviewer;
+    if (res) reviewMsg(`${item.candidate_id}: ${verdict}ed by ${by}`, "good-text");
   } catch (err) {
     reviewMsg(`${item.candidate_id}: ${err.message}`, "bad-text");
   }
@@ -534,9 +567,8 @@ function renderReview(items) {
 async function refreshReview() {
   const token = creds.token;
   const asked = ++state.reviewAsked;
-  const auth = token ? { Authorization: `Bearer ${token}` } : {};
   try {
-    const r = await getJSON("/api/review", auth);
+    const r = await getJSON("/api/review", authHeader(token));
     // Only the newest answer, and only under the credentials it was asked with: a queue
     // read with the token (texts included) must not land after the reviewer signed out.
     if (asked !== state.reviewAsked || token !== creds.token) return;
@@ -574,7 +606,8 @@ function decisionRow(d) {
     el("td", { class: d.stage === "outcome" ? `outcome-text ${outcomeClass(d.topic)}` : "", text: stageLabel(d) }),
     el("td", {}, el("span", { class: `chip ${actionClass(d.action)}`, text: d.action })),
     scoreCell,
-    el("td", { class: "reason", text: d.reason || "", title: d.reason || "" }),
+    // Without a credential a record is its public projection: a reason code, no free text.
+    el("td", { class: "reason", text: d.reason || d.reason_code || "", title: d.reason || d.reason_code || "" }),
     el("td", { text: d.mode || "" }),
     el("td", { class: d.gate ? "warn-text" : "", text: d.gate || "" }));
 }
@@ -618,7 +651,7 @@ function addDecision(d) {
 async function loadDecisions() {
   const q = state.filter ? `&candidate_id=${encodeURIComponent(state.filter)}` : "";
   try {
-    const r = await getJSON(`/api/decisions?limit=${MAX_ROWS}${q}`);
+    const r = await getJSON(`/api/decisions?limit=${MAX_ROWS}${q}`, authHeader(creds.token));
     const rows = r.decisions.map(decisionRow);
     $("decisions").replaceChildren(...(rows.length ? rows
       : [emptyRow(9, state.filter ? "no such candidate" : "no decisions yet")]));
@@ -640,13 +673,46 @@ function setConn(text, cls) {
   c.className = `pill ${cls}`;
 }
 
-function follow() {
-  const source = new EventSource("/api/events");
-  source.addEventListener("open", () => { setConn("live", "good"); loadDecisions(); });
-  source.addEventListener("error", () => setConn("reconnecting…", "warn"));
-  source.addEventListener("decision", (e) => {
-    try { addDecision(JSON.parse(e.data)); } catch { /* ignore a bad event */ }
-  });
+// Server-sent events read with fetch rather than EventSource, which cannot send a token:
+// signed in, the stream carries whole records; signed out, their public projection.
+// Signing in or out restarts it (`refollow`) under the new credential.
+async function follow() {
+  for (;;) {
+    const control = new AbortController();
+    state.follow = control;
+    try {
+      const res = await fetch("/api/events", {
+        headers: authHeader(creds.token), signal: control.signal, cache: "no-store",
+      });
+      if (res.status === 401) creds.forgetToken();
+      if (!res.ok) throw new Error(String(res.status));
+      setConn("live", "good");
+      loadDecisions();
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const lines = buffer.slice(0, end).split("\n");
+          buffer = buffer.slice(end + 2);
+          const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+          if (!lines.includes("event: decision") || !data) continue;
+          try { addDecision(JSON.parse(data)); } catch { /* ignore a bad event */ }
+        }
+      }
+    } catch { /* dropped, refused or restarted */ }
+    if (!control.signal.aborted) {
+      setConn("reconnecting…", "warn");
+      await new Promise((resolve) => { setTimeout(resolve, 3000); });
+    }
+  }
+}
+
+function refollow() {
+  if (state.follow) state.follow.abort();
 }
 
 // ----------------------------------------------------------------------- wire --
@@ -676,7 +742,7 @@ function wire() {
     if (!window.confirm(question)) return;
     try {
       const res = await post("/api/kill-switch", { on });
-      if (res) renderKill({ on, by: creds.by, at: res.kill_switch.at });
+      if (res) renderKill({ on, by: res.kill_switch.by, at: res.kill_switch.at });
     } catch (err) {
       window.alert(`Kill switch not changed: ${err.message}`);
     }
@@ -690,6 +756,7 @@ function wire() {
 }
 
 wire();
+refreshWho();
 refreshHealth().then(() => refreshReview());
 refreshSummary();
 loadDecisions();
