@@ -97,9 +97,9 @@ def test_a_bad_key_file_or_an_empty_folder_is_one_line_naming_it(tmp_path: Path)
     with pytest.raises(KeyFileError, match=r"no public keys \(\*\.pub\) in"):
         load_trusted(tmp_path)
     (tmp_path / "rules.pub").write_text("not a key")
-    with pytest.raises(KeyFileError, match="rules.pub is not a PEM public key"):
+    with pytest.raises(KeyFileError, match=r"rules\.pub is not a PEM public key"):
         load_trusted(tmp_path)
-    with pytest.raises(KeyFileError, match="rules.pub is not an unencrypted PEM private key"):
+    with pytest.raises(KeyFileError, match=r"rules\.pub is not an unencrypted PEM private key"):
         load_signer(tmp_path / "rules.pub", "rules")
 
 
