@@ -16,6 +16,9 @@ GroundstreamError
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
+ ├── KeyFileError (ValueError)           topics.security.keys: a key file or folder unusable
+ ├── Unverified (ValueError)             topics.security.signatures: a signature that does not hold
+ ├── KeysMissing (ValueError)            workers.runtime.signing: no keys on a secured broker
  ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
  ├── NotReady (RuntimeError)             workers.runtime.runner: in-process loops never came up
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidSignature
 
+from pipeline.errors import GroundstreamError
 from topics.codec import dumps
 from topics.security.keys import Signer, TrustedKeys
 
@@ -54,7 +55,7 @@ def sign(
     return (*kept, (SIGNER_HEADER, signer.name.encode()), (SIGNATURE_HEADER, mark))
 
 
-class Unverified(ValueError):
+class Unverified(GroundstreamError, ValueError):
     """A message whose signature does not hold; the message is the one-line reason."""
 
 
