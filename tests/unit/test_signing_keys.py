@@ -141,6 +141,16 @@ def test_plaintext_without_keys_warns_once_and_runs_unsigned(
     assert "running unsigned" in warning.getMessage()
 
 
+def test_worker_all_gives_each_stage_its_own_key_from_the_folder(tmp_path: Path) -> None:
+    from workers.runtime.runner import RECORDER, child_env
+
+    settings = Settings(signing_key_file=str(tmp_path / "geometry.key"))
+    env = child_env(settings, "rules")
+    assert env is not None and env["GROUNDSTREAM_SIGNING_KEY_FILE"] == str(tmp_path / "rules.key")
+    assert child_env(settings, RECORDER) is None  # the recorder signs nothing
+    assert child_env(Settings(), "rules") is None
+
+
 def record(stage: str, cid: str = "c1", prev: str = "parked") -> dict:
     return make_record(
         candidate_id=cid,
