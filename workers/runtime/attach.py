@@ -45,7 +45,7 @@ from topics.security.keys import Signer
 from workers.interfaces import Emit, Inbound
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
-from workers.runtime.signing import signer_for
+from workers.runtime.signing import require_keys, signer_for
 from workers.stages.kit import deadletter, signed_emits
 
 STAGE = "attach"
@@ -189,9 +189,10 @@ async def attach(
     """Attach `source` until cancelled, or until it has been idle `until_idle` seconds.
     `group`: the consumer group (default `<prefix>groundstream-attach`)."""
     target = pass_through or pass_through_topic(source)
-    signer = signer_for(settings, STAGE)
+    require_keys(settings, STAGE, signs=True, trusts=False)
     await prepare_topics(settings, source, target)
     known = await known_ids(settings)
+    signer = signer_for(settings, STAGE)  # its dead letters' records, signed as attach
     kafka = settings.kafka()
     consumer = clients.consumer(
         kafka,

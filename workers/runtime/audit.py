@@ -35,7 +35,7 @@ from topics.names import Topic
 from topics.security.keys import TrustedKeys
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
-from workers.runtime.signing import record_refusal, trusted_for
+from workers.runtime.signing import record_refusal, require_keys, trusted_for
 from workers.stages.recorder import chain_name
 
 KEY_ENV = "GROUNDSTREAM_AUDIT_KEY"
@@ -150,6 +150,7 @@ async def _read(settings: Settings, scope: AuditScope) -> tuple[Any, ...]:
 
 
 def audit_verify(settings: Settings, scope: AuditScope, key: bytes | None) -> AuditReport:
+    require_keys(settings, "audit verify", signs=False, trusts=True)
     audit, candidates, decisions, heads = asyncio.run(_read(settings, scope))
     if heads is not None and scope.session is not None:
         heads = {k: v for k, v in heads.items() if k == scope.session}

@@ -45,7 +45,7 @@ from workers.clients.partitions import partitions as held_partitions
 from workers.interfaces import StageContext
 from workers.runtime.kafka_tools import reader
 from workers.runtime.settings import Settings
-from workers.runtime.signing import record_refusal, signer_for, trusted_for
+from workers.runtime.signing import record_refusal, require_keys, signer_for, trusted_for
 from workers.stages.kit import signed_emits
 from workers.stages.review import REVIEW_STAGE, review_emits
 
@@ -187,8 +187,9 @@ def _decisions(
 
 async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
     """Items on escalations.review that no person has decided yet, oldest first."""
-    trusted = trusted_for(settings, REVIEW_STAGE)
-    decided, _ = _decisions(await read_all(settings, Topic.DECISIONS, timeout), trusted)
+    require_keys(settings, REVIEW_STAGE, signs=False, trusts=True)
+    records = await read_all(settings, Topic.DECISIONS, timeout)
+    decided, _ = _decisions(records, trusted_for(settings, REVIEW_STAGE))
     claims = await _claims(settings, timeout)
     queue: dict[str, Pending] = {}
     for record in await read_all(settings, Topic.REVIEW, timeout):
@@ -219,10 +220,11 @@ async def decide(
     when the candidate is not waiting for review at all."""
     if not by.strip():
         raise ValueError("--by must name the person deciding")
+    require_keys(settings, REVIEW_STAGE, signs=True, trusts=True)
     items = {p.envelope.candidate.id: p for p in await pending(settings)}
     if candidate_id not in items:
-        trusted = trusted_for(settings, REVIEW_STAGE)
-        _, last = _decisions(await read_all(settings, Topic.DECISIONS, 20.0), trusted)
+        records = await read_all(settings, Topic.DECISIONS, 20.0)
+        _, last = _decisions(records, trusted_for(settings, REVIEW_STAGE))
         if candidate_id in last:
             rec = last[candidate_id]
             evidence = rec.get("evidence") or {}

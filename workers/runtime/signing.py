@@ -101,6 +101,18 @@ def record_refusal(
     return None
 
 
+def require_keys(settings: Settings, name: str, *, signs: bool, trusts: bool) -> None:
+    """Refuse now, before connecting, on a secured broker without the keys `name` needs;
+    a development broker's warning comes when they are loaded (after the broker answered,
+    so a one-shot tool that cannot reach it still ends in one line)."""
+    if not secured(settings):
+        return
+    if signs:
+        signer_for(settings, name)
+    if trusts:
+        trusted_for(settings, name)
+
+
 def stage_keys(settings: Settings, stage: str) -> tuple[Signer | None, TrustedKeys | None]:
     """A ladder worker's keys: its signer, and for the terminal writer the trusted keys
     (it delivers only what a stage with the authority signed). Checked before the worker
