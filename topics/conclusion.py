@@ -39,7 +39,8 @@ _OURS = frozenset({TERMINAL_HEADER, CANDIDATE_HEADER, KEY_HEADER, HUMAN_HEADER, 
 
 
 class BadConclusion(GroundstreamError, ValueError):
-    """A message on `concluded` lacks what the writer needs (only we write there)."""
+    """A message on `concluded` the writer refuses: it lacks what the writer needs, or its
+    signer may not conclude it (`workers.stages.terminal.admitted`)."""
 
 
 @dataclass(frozen=True, slots=True)
