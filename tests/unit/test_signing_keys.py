@@ -141,6 +141,25 @@ def test_plaintext_without_keys_warns_once_and_runs_unsigned(
     assert "running unsigned" in warning.getMessage()
 
 
+def test_a_stage_worker_signs_with_its_key_and_only_the_writer_holds_the_trusted_keys(
+    tmp_path: Path,
+) -> None:
+    """The keys reach the Kafka worker's context, under the stage's own name."""
+    from workers.runtime.runner import build_loop
+
+    generate(tmp_path / "keys", "--stage", "terminal", "--stage", "rules")
+    keyed = {"trusted_keys_dir": str(tmp_path / "keys")}
+    writer = build_loop(
+        "terminal", Settings(signing_key_file=str(tmp_path / "keys" / "terminal.key"), **keyed)
+    ).ctx
+    rules = build_loop(
+        "rules", Settings(signing_key_file=str(tmp_path / "keys" / "rules.key"), **keyed)
+    ).ctx
+    assert writer.signer is not None and writer.signer.name == "terminal"
+    assert writer.trusted is not None and set(writer.trusted.keys) == {"terminal", "rules"}
+    assert rules.signer is not None and rules.signer.name == "rules" and rules.trusted is None
+
+
 def test_worker_all_gives_each_stage_its_own_key_from_the_folder(tmp_path: Path) -> None:
     from workers.runtime.runner import RECORDER, child_env
 
