@@ -19,6 +19,9 @@ GroundstreamError
  ├── TopicConfigMismatch (ValueError)    topics.admin: an existing topic's setting would lose data
  ├── KeyPasswordMissing (ValueError)     topics.security.keyfiles: an encrypted key, no password
  ├── TokenFileError (ValueError)         topics.security.tokens: no OAuth token to send yet
+ ├── KeyFileError (ValueError)           topics.security.keys: a key file or folder unusable
+ ├── Unverified (ValueError)             topics.security.signatures: a signature that does not hold
+ ├── KeysMissing (ValueError)            workers.runtime.signing: no keys on a secured broker
  ├── TopicsMissing (RuntimeError) ↻      workers.runtime.runner: broker or topics absent at start
  ├── NotReady (RuntimeError)             workers.runtime.runner: in-process loops never came up
  ├── UnknownTopic (LookupError)          workers.runtime.kafka_tools: no such topic
@@ -33,6 +36,8 @@ GroundstreamError
  ├── CandidateConflict (ValueError)      workers.clients.agent: an id reused for other content
  ├── OutcomeTimeout (TimeoutError) ↻     workers.clients.agent: no outcome yet (in flight)
  ├── AlreadyDecided (LookupError)        workers.runtime.review: a second verdict on one candidate
+ ├── ReviewerFileError (ValueError)     workers.runtime.reviewers: a reviewer tokens file unusable
+ ├── Refused                             workers.web.access: a request's credential refused
  ├── AclsRefused (RuntimeError)          workers.runtime.acls: the broker refused an ACL binding
  ├── CompareError (ValueError)           workers.eval.quantized: an int8 comparison asked wrongly
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run

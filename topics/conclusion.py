@@ -9,16 +9,18 @@ message as it is — value, key and the stage's own headers — or records a sup
 attempt. Keeping the value untouched means a dead letter's raw bytes (which need not be
 JSON, or even UTF-8) travel as they are.
 
-With a stage key (GROUNDSTREAM_STAGE_KEY) a conclusion is sealed: an HMAC over everything
-the writer acts on — terminal topic, candidate id, key, human flag, outcome record, value
-and passed headers — so whoever can write to `concluded` without the key can neither put
-a candidate into `state` nor pre-empt its outcome (the first outcome wins).
+A conclusion is signed by the stage that concluded it, with that stage's own Ed25519 key
+(`topics.security.signatures`, applied as the stage's worker sends it): the signature
+covers everything the writer acts on — terminal topic, candidate id, key, human flag,
+outcome record, value and passed headers. The writer delivers it only when a trusted key
+of the signer verifies it and the signer may conclude to that topic
+(`pipeline.bounds.conclusions`), so whoever can write to `concluded` without a stage's key
+can neither put a candidate into `state` nor pre-empt its outcome (the first outcome
+wins), and a stage that is taken over concludes only where it always could.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,22 +28,19 @@ from typing import Any
 from pipeline.errors import GroundstreamError
 from topics.codec import dumps, loads
 from topics.schema import MAX_ID_CHARS
-from topics.signing import signature
+from topics.security.signatures import SIGNATURE_HEADERS
 
 TERMINAL_HEADER = "gs-terminal"
 CANDIDATE_HEADER = "gs-candidate"
 KEY_HEADER = "gs-key"
 HUMAN_HEADER = "gs-human"
 OUTCOME_HEADER = "gs-outcome"
-SEAL_HEADER = "gs-conclusion-hmac"
-SEALED_AS = "concluded"
-_OURS = frozenset(
-    {TERMINAL_HEADER, CANDIDATE_HEADER, KEY_HEADER, HUMAN_HEADER, OUTCOME_HEADER, SEAL_HEADER}
-)
+_OURS = frozenset({TERMINAL_HEADER, CANDIDATE_HEADER, KEY_HEADER, HUMAN_HEADER, OUTCOME_HEADER})
 
 
 class BadConclusion(GroundstreamError, ValueError):
-    """A message on `concluded` lacks what the writer needs (only we write there)."""
+    """A message on `concluded` the writer refuses: it lacks what the writer needs, or its
+    signer may not conclude it (`workers.stages.terminal.admitted`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,27 +55,8 @@ class Conclusion:
     human: bool = False
     headers: tuple[tuple[str, bytes], ...] = ()
 
-    def sealed_bytes(self) -> bytes:
-        """What the seal covers: every field the writer acts on."""
-        return dumps(
-            [
-                self.topic,
-                self.candidate_id,
-                (self.key or b"").hex(),
-                self.human,
-                self.outcome,
-                hashlib.sha256(self.value).hexdigest(),
-                [[k, v.hex()] for k, v in self.headers],
-            ]
-        )
-
-    def wire_headers(self, stage_key: bytes | None = None) -> tuple[tuple[str, bytes], ...]:
-        """Our headers, then the terminal message's own; sealed when given a key."""
-        seal = (
-            ()
-            if stage_key is None
-            else ((SEAL_HEADER, signature(stage_key, SEALED_AS, self.sealed_bytes())),)
-        )
+    def wire_headers(self) -> tuple[tuple[str, bytes], ...]:
+        """Our headers, then the terminal message's own."""
         ours = (
             (TERMINAL_HEADER, self.topic.encode()),
             (CANDIDATE_HEADER, self.candidate_id.encode("utf-8")),
@@ -84,25 +64,21 @@ class Conclusion:
             (OUTCOME_HEADER, dumps(self.outcome)),
         )
         key = () if self.key is None else ((KEY_HEADER, self.key),)
-        return (*ours, *key, *seal, *self.headers)
+        return (*ours, *key, *self.headers)
 
     def wire_key(self) -> bytes:
         return self.candidate_id.encode("utf-8")
 
 
-def read_conclusion(
-    value: bytes | None,
-    headers: tuple[tuple[str, bytes], ...],
-    stage_key: bytes | None = None,
-) -> Conclusion:
-    """A conclusion back from the `concluded` topic's value and headers; with a stage key,
-    BadConclusion unless its seal verifies."""
+def read_conclusion(value: bytes | None, headers: tuple[tuple[str, bytes], ...]) -> Conclusion:
+    """A conclusion back from the `concluded` topic's value and headers (its signature is
+    checked before, by the writer, and not passed on)."""
     found: dict[str, bytes] = {}
     passed: list[tuple[str, bytes]] = []
     for name, data in headers:
         if name in _OURS:
             found[name] = data
-        else:
+        elif name not in SIGNATURE_HEADERS:
             passed.append((name, data))
     try:
         outcome = loads(found[OUTCOME_HEADER])
@@ -112,7 +88,7 @@ def read_conclusion(
         raise BadConclusion(f"conclusion without {exc}") from None
     if not isinstance(outcome, dict):
         raise BadConclusion("conclusion outcome is not an object")
-    conclusion = Conclusion(
+    return Conclusion(
         candidate_id=candidate_id,
         topic=topic,
         key=found.get(KEY_HEADER),
@@ -121,11 +97,6 @@ def read_conclusion(
         human=found.get(HUMAN_HEADER) == b"1",
         headers=tuple(passed),
     )
-    if stage_key is not None:
-        expected = signature(stage_key, SEALED_AS, conclusion.sealed_bytes())
-        if not hmac.compare_digest(found.get(SEAL_HEADER, b""), expected):
-            raise BadConclusion("conclusion seal missing or does not verify")
-    return conclusion
 
 
 def candidate_id_of(raw: bytes | None) -> str | None:

@@ -8,6 +8,11 @@ logical topic name and the value; a stage reading an inner topic dead-letters an
 whose signature is missing or wrong. Binding the topic name means an envelope signed for
 `scored` cannot be replayed onto `rules`. Without a key nothing is signed or checked
 (development, and topics already closed by ACLs: see deploy/README.md).
+
+This shared key guards the inner topics only. What reaches a terminal topic, and which
+decision records count, is signed per stage with keys no other stage holds
+(`topics.security`): a stage that holds this key can forge an envelope, but not a
+conclusion or a record in another stage's name.
 """
 
 from __future__ import annotations

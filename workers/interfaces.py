@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.guards.admission import WorkCaps
 from pipeline.policy.document import Policy
 from pipeline.policy.routing import RouteConfig
 from topics.names import Topic
+
+if TYPE_CHECKING:  # cryptography is loaded by the processes that sign or check
+    from topics.security.keys import Signer, TrustedKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,12 @@ class StageContext:
     """GROUNDSTREAM_MAX_*: what one candidate may cost (`pipeline.guards.admission`)."""
     stage_key: bytes | None = None
     """GROUNDSTREAM_STAGE_KEY: envelopes are signed and inner topics verified with it."""
+    signer: Signer | None = None
+    """GROUNDSTREAM_SIGNING_KEY_FILE: this process's own key; its conclusions and decision
+    records are signed with it as they are sent (`kit.signed_emits`). None: unsigned."""
+    trusted: TrustedKeys | None = None
+    """GROUNDSTREAM_TRUSTED_KEYS_DIR: the stages' public keys, for the terminal writer
+    (which delivers only what a stage with the authority signed). None: unchecked."""
     encoder_backend: str = "torch"
     """GROUNDSTREAM_ENCODER_BACKEND: the backend the stage's encoder is loaded with."""
     encoder_cache_rows: int = 20_000

@@ -39,7 +39,10 @@ candidate and stage, and where it sits in the log):
   `source` names the record's partition and offset), once older than the grace: its
   recorder is not running, or behind by more than the bound; and an empty audit log
   while decisions or candidates exist. "Intact" is never said about records nobody
-  chained: a forged record appended to `decisions` with no recorder running is named here.
+  chained: a forged record appended to `decisions` with no recorder running is named here;
+* not signed by its stage — with the stages' public keys, a record on `decisions` that the
+  stage it names did not sign (unsigned, an unknown key, another stage's key): a process
+  that may write `decisions` cannot speak for another stage.
 A superseded attempt (a later decision the outcome ledger did not deliver) is reported as
 such, never as tampering.
 
@@ -82,6 +85,7 @@ class Finding(StrEnum):
     INSERTED = "inserted"
     UNVERIFIABLE = "unverifiable"
     UNRECORDED = "unrecorded"
+    UNSIGNED = "not signed by its stage"
     NO_OUTCOME = "trail without outcome"
     CANDIDATE_WITHOUT_OUTCOME = "candidate without outcome"
     SUPERSEDED = "superseded attempt"
@@ -189,6 +193,11 @@ class DecisionMessage:
     candidate_id: str
     at: float
     """Epoch seconds (the message's timestamp)."""
+    stage: str = ""
+    refused: str | None = None
+    """Why its signature is not trusted (unsigned, an unknown key, another stage's key:
+    `workers.runtime.signing.record_refusal`); None when the stage it names signed it,
+    or when no trusted keys were given."""
 
 
 MAX_NAMED = 5
@@ -456,6 +465,19 @@ def verify_coverage(
     return problems, notes
 
 
+def verify_signatures(decisions: Sequence[DecisionMessage]) -> list[Problem]:
+    """Each decision record whose signature is not its own stage's, named."""
+    return [
+        Problem(
+            Finding.UNSIGNED,
+            f"{d.candidate_id}/{d.stage} at decisions[{d.partition}]@{d.offset}",
+            d.refused,
+        )
+        for d in decisions
+        if d.refused is not None
+    ]
+
+
 def verify(
     entries: Iterable[Located],
     candidates: Sequence[CandidateMessage],
@@ -485,7 +507,7 @@ def verify(
         )
     if decisions:
         found, notes = verify_coverage(entries, decisions, grace=grace)
-        problems += found
+        problems += found + verify_signatures(decisions)
     count = 0
     for located in entries:
         count += 1

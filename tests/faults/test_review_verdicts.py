@@ -1,7 +1,9 @@
 """Concurrent review verdicts on the real broker: exactly one wins, the others are told who
 decided first, and a verdict abandoned between its claim and its routing is completed as
 it was given, never lost (issue 9, item 6); on the dashboard, each racing reviewer is the
-name their own token proves, never a typed one."""
+name their own token proves, never a typed one. The reviewers hold the review key
+(`groundstream keys generate`): a verdict is signed with it, and the pending list takes a
+`review` record as a verdict only when the review key signed it."""
 
 from __future__ import annotations
 
@@ -12,14 +14,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from pipeline.policy.document import load_policy
 from pipeline.stages.review import Claim, HumanVerdict
+from pipeline.trail.records import make_record
 from tests.integration.conftest import consume_all, produce
 from tests.integration.harness import cli, worker_env
+from topics.codec import dumps
 from topics.conclusion import read_conclusion
 from topics.names import Topic
 from topics.schema import Envelope, candidate_from_dict, parse_envelope
+from topics.security.keys import load_signer, load_trusted
+from topics.security.signatures import sign, verify
 from workers.runtime import review
 from workers.runtime.review import AlreadyDecided, decide, pending
 from workers.runtime.reviewers import token_digest
@@ -78,11 +85,53 @@ async def review_records(settings: Settings, cid: str) -> list[dict]:
     ]
 
 
+async def signers(settings: Settings, cid: str) -> set[str]:
+    """Who signed `cid`'s records on `decisions` and its conclusion on `concluded`."""
+    public = load_trusted(settings.trusted_keys_dir)
+    out = set()
+    for topic in (Topic.DECISIONS, Topic.CONCLUDED):
+        for r in await consume_all(
+            settings.bootstrap_servers, settings.topic(topic), timeout=5,
+            isolation_level="read_committed",
+        ):  # fmt: skip
+            if cid.encode() in r.value:
+                out.add(verify(public, topic.value, r.key, r.value, tuple(r.headers)))
+    return out
+
+
+async def forge_review_record(settings: Settings, env: Envelope, key_file: str, as_: str) -> None:
+    """A `review` record deciding `env`'s parking, signed with another stage's key."""
+    record = make_record(
+        candidate_id=env.candidate.id, session_id=env.candidate.session_id, turn=0,
+        stage="review", action="reject", write_to_state=False, reason="forged",
+        policy_version="p", decided_at=1_700_000_000.0, mode="evaluate", route="default",
+        prev_hash=env.last_hash,
+    )  # fmt: skip
+    value, key = dumps(record), env.candidate.session_id.encode()
+    headers = sign(load_signer(key_file, as_), Topic.DECISIONS.value, key, value)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.topic(Topic.DECISIONS), value, key=key, headers=list(headers)
+        )
+    finally:
+        await producer.stop()
+
+
 @pytest.fixture
 def env(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> dict[str, str]:
     env = worker_env(kafka_bootstrap, topic_prefix, tmp_path)
     cli(env, "topics", "create")
-    return env
+    keys, trusted = tmp_path / "keys", tmp_path / "trusted"
+    cli(env, "keys", "generate", "--out", str(keys))
+    trusted.mkdir()
+    for public in keys.glob("*.pub"):
+        (trusted / public.name).write_bytes(public.read_bytes())
+    return env | {
+        "GROUNDSTREAM_SIGNING_KEY_FILE": str(keys / "review.key"),
+        "GROUNDSTREAM_TRUSTED_KEYS_DIR": str(trusted),
+    }
 
 
 @pytest.fixture
@@ -125,6 +174,7 @@ async def test_concurrent_verdicts_exactly_one_wins(settings: Settings, env) -> 
     assert len(sent) == 1
     assert sent[0][1].human is not None and sent[0][1].human.by == winner
     assert len(await review_records(settings, "race-1")) == 1
+    assert await signers(settings, "race-1") == {"review"}
     assert "race-1" not in {p.envelope.candidate.id for p in await pending(settings)}
     with pytest.raises(AlreadyDecided, match=f"already decided by {winner}"):
         await decide(settings, policy, "race-1", HumanVerdict.ACCEPT, "erin", "")
@@ -203,3 +253,17 @@ async def test_racing_reviewers_on_the_dashboard_are_their_tokens_names(
     assert record["evidence"]["reviewer"] == winner
     (sent,) = await routed(settings, "race-web")
     assert sent[1].human is not None and sent[1].human.by == winner
+
+
+async def test_a_review_record_another_stage_signed_does_not_hide_a_parked_answer(
+    settings: Settings,
+) -> None:
+    env = parked("hidden-1")
+    await park(settings, env)
+    keys = Path(settings.signing_key_file).parent
+    await forge_review_record(settings, env, str(keys / "judge.key"), "judge")
+    await forge_review_record(settings, env, str(keys / "judge.key"), "review")
+    assert "hidden-1" in {p.envelope.candidate.id for p in await pending(settings)}
+    record = await decide(settings, load_policy(None), "hidden-1", HumanVerdict.REJECT, "bob", "")
+    assert record["prev_hash"] == env.last_hash
+    assert "hidden-1" not in {p.envelope.candidate.id for p in await pending(settings)}

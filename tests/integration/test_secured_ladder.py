@@ -5,6 +5,10 @@ denies what no ACL allows, every stage its own principal holding only what
 * Every candidate gets exactly one outcome, as on the open broker.
 * The geometry principal is refused by the broker when it tries to write `state`: the
   gate is the broker's, not the stages' good manners.
+* Each stage signs with its own key (`groundstream keys generate`): a conclusion for
+  `state` the geometry principal writes to `concluded`, unsigned or signed with its own
+  key, never reaches `state`; one naming a non-terminal topic is dead-lettered and the
+  writer goes on, every candidate after it getting exactly one outcome.
 * A wrong password, an untrusted broker certificate, a plaintext client on the TLS port
   and a missing ACL each end a command in one line that says what was refused.
 """
@@ -24,11 +28,15 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from tests.faults.chaos import audit, candidates, wait_for_outcomes
+from tests.faults.chaos import _terminal_id, audit, candidates, read_topic, wait_for_outcomes
 from tests.fixtures.one_line import one_line
 from topics import clients
-from topics.codec import loads
-from topics.names import Topic
+from topics.codec import dumps, loads
+from topics.conclusion import Conclusion
+from topics.names import TERMINAL, Topic
+from topics.schema import Envelope, candidate_from_dict
+from topics.security.keys import load_signer
+from topics.security.signatures import sign
 from workers.bench.procs import free_port
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import Settings
@@ -50,18 +58,36 @@ POLICY = FIXTURES / "ladder" / "policy.toml"
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("secured")
+    made = groundstream(dict(os.environ), "keys", "generate", "--out", str(root / "keys"))
+    assert made.returncode == 0, made.stderr
+    trusted = root / "trusted"  # the public keys only, as the writer's pod mounts them
+    trusted.mkdir()
+    for public in (root / "keys").glob("*.pub"):
+        (trusted / public.name).write_bytes(public.read_bytes())
     try:
-        with secure_broker(tmp_path_factory.mktemp("secured") / "kafka") as cluster:
+        with secure_broker(root / "kafka") as cluster:
             yield cluster
     except BrokerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
 
 
+def keys_of(cluster: LocalCluster) -> Path:
+    """Every stage's key pair, made by `groundstream keys generate` (the `secure` fixture)."""
+    return cluster.run_dir.parent / "keys"
+
+
 def env_as(cluster: LocalCluster, user: str, prefix: str, data: Path, **extra: str) -> dict:
     """A process's environment as `user` on the secured broker: the admin's settings
-    from local.sh's client.env, with this user's name and password file."""
+    from local.sh's client.env, with this user's name and password file, its own signing
+    key when it signs, and the stages' public keys."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSTREAM_")}
     env |= cluster.client_env()
+    signs_as = "review" if user == "dashboard" else user  # a person's tool, with review's key
+    own = keys_of(cluster) / f"{signs_as}.key"
+    if own.exists():
+        env["GROUNDSTREAM_SIGNING_KEY_FILE"] = str(own)
+    env["GROUNDSTREAM_TRUSTED_KEYS_DIR"] = str(cluster.run_dir.parent / "trusted")
     env |= {
         "GROUNDSTREAM_KAFKA_SASL_USERNAME": user,
         "GROUNDSTREAM_KAFKA_SASL_PASSWORD_FILE": str(
@@ -141,6 +167,90 @@ def test_every_stage_as_its_own_principal_gives_every_candidate_one_outcome(
     figures.assert_exactly_once()
 
 
+def forged(cid: str, topic: str) -> Conclusion:
+    """A conclusion a taken-over geometry pod might write: its candidate to `topic`."""
+    body = {"id": cid, "session_id": f"s-{cid}", "question": "Q?", "response": "A."}
+    value = Envelope(candidate_from_dict(body), route="default", mode="evaluate").encode()
+    outcome = {"candidate_id": cid, "stage": "outcome", "topic": topic, "action": "accept"}
+    return Conclusion(cid, topic, f"s-{cid}".encode(), value, outcome)
+
+
+def test_the_geometry_principal_cannot_conclude_to_state_nor_stop_the_writer(
+    secure: LocalCluster, ladder: dict
+) -> None:
+    prefix = ladder["prefix"]
+    as_geometry = Settings.from_env(env_as(secure, "geometry", prefix, ladder["tmp"] / "data"))
+    own_key = load_signer(keys_of(secure) / "geometry.key", "geometry")
+    attempts = [
+        (forged("forged-unsigned", "state"), None),
+        (forged("forged-own-key", "state"), own_key),
+        (forged("forged-inner", "candidates"), own_key),
+    ]
+    batch = [
+        (f"after-{cid}", key, dumps(loads(value) | {"id": f"after-{cid}"}))
+        for cid, key, value in candidates(20, sessions=5)
+    ]
+    client = Settings.from_env(env_as(secure, "client", prefix, ladder["tmp"] / "data"))
+
+    async def write() -> None:
+        producer = clients.producer(as_geometry.kafka(), acks="all")
+        await producer.start()
+        try:  # geometry may write `concluded` (it concludes dead letters and escalations)
+            for c, signer in attempts:
+                headers = c.wire_headers()
+                if signer is not None:
+                    headers = sign(signer, "concluded", c.wire_key(), c.value, headers)
+                await producer.send_and_wait(
+                    as_geometry.topic(Topic.CONCLUDED), c.value, key=c.wire_key(),
+                    headers=list(headers),
+                )  # fmt: skip
+        finally:
+            await producer.stop()
+        producer = clients.producer(client.kafka(), acks="all")
+        await producer.start()
+        try:
+            for _cid, key, value in batch:
+                await producer.send(client.topic(Topic.CANDIDATES), value, key=key)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(write())
+    ids = [cid for cid, _, _ in batch]
+    kafka = secure.client_kwargs("admin")
+    assert asyncio.run(wait_for_outcomes(secure.bootstrap, prefix, ids, 180, **kafka)) == 20
+
+    def read(topic: Topic) -> list:
+        return asyncio.run(read_topic(secure.bootstrap, topic.full(prefix), **kafka))
+
+    on_state = {loads(r.value)["candidate"]["id"] for r in read(Topic.STATE)}
+    assert not {c.candidate_id for c, _ in attempts} & on_state
+    refused = sorted(
+        dict(r.headers)["gs-reason"].decode()
+        for r in read(Topic.DEADLETTER)
+        if dict(r.headers).get("gs-stage") == b"terminal"
+    )
+    assert refused == [
+        "conclusion refused: conclusion names 'candidates', not a terminal topic",
+        "conclusion refused: geometry may not conclude to state",
+        "conclusion refused: unsigned",
+    ]
+    # Every candidate produced after them: exactly one outcome, on exactly one topic.
+    outcomes: dict[str, list[str]] = {cid: [] for cid in ids}
+    for r in read(Topic.DECISIONS):
+        record = loads(r.value)
+        if record["stage"] == "outcome" and record["candidate_id"] in outcomes:
+            outcomes[record["candidate_id"]].append(record["topic"])
+    assert all(len(topics) == 1 for topics in outcomes.values()), outcomes
+    placed = [
+        cid
+        for topic in TERMINAL
+        for r in read(topic)
+        if (cid := _terminal_id(topic, r.value, list(r.headers or ()))) in outcomes
+    ]
+    assert sorted(placed) == sorted(ids)
+
+
 def test_the_broker_refuses_the_geometry_principal_a_write_to_state(
     secure: LocalCluster, ladder: dict
 ) -> None:
@@ -206,7 +316,10 @@ def test_a_worker_whose_principal_lacks_its_acls_stops_at_start_up_in_one_line(
 ) -> None:
     """The recorder's principal was granted nothing (in this module): as the rules stage
     it may not even see the ladder's topics."""
-    as_recorder = env_as(secure, "recorder", ladder["prefix"], tmp_path)
+    rules_key = str(keys_of(secure) / "rules.key")  # a key, so the ACLs are what is refused
+    as_recorder = env_as(
+        secure, "recorder", ladder["prefix"], tmp_path, GROUNDSTREAM_SIGNING_KEY_FILE=rules_key
+    )
     line = one_line(groundstream(as_recorder, "worker", "rules"))
     assert "User:recorder" in line and "groundstream acls --stage rules" in line, line
 

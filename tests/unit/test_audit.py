@@ -277,7 +277,7 @@ class TestWorkerAllRecords:
         started: list[list[str]] = []
 
         class Exited:  # a child that has already exited 0
-            def __init__(self, command: list[str]) -> None:
+            def __init__(self, command: list[str], **_: object) -> None:
                 started.append(command)
                 self.pid, self.returncode = 0, 0
 

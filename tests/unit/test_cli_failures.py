@@ -94,7 +94,7 @@ NEITHER = {
         *("geometry", "cache", "claims", "switch", "latency", "scale", "ladder", "fairness"),
         "judge-throughput",
     )
-}
+} | {"keys generate": "reads nothing and reaches no broker (tests/unit/test_signing_keys.py)"}
 
 
 def leaves(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[str]:

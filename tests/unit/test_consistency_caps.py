@@ -57,7 +57,7 @@ def run(c: Candidate, encoder: object) -> tuple[dict, str]:
     record = next(loads(e.value) for e in emits if e.topic is Topic.DECISIONS)
     sent = next(e for e in emits if e.topic is not Topic.DECISIONS)
     if sent.topic is Topic.CONCLUDED:
-        return record, read_conclusion(sent.value, sent.headers, None).topic
+        return record, read_conclusion(sent.value, sent.headers).topic
     return record, sent.topic.value
 
 

@@ -17,7 +17,7 @@ from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.ladder import build_ladder
 from workers.runtime.settings import Settings
 
-# The terminal writer reads only what the stages write (sealed, with a stage key).
+# The terminal writer reads only what the stages write (signed, each with its own key).
 STAGES: dict[Topic, Stage] = {
     stage.source: stage for stage in build_ladder(Settings()) if stage.source is not Topic.CONCLUDED
 }

@@ -45,7 +45,7 @@ def sent_to(emits) -> str:
     """Where the candidate went: the outcome's topic when it ended, else the next stage's."""
     sent = next(e for e in emits if e.topic is not Topic.DECISIONS)
     if sent.topic is Topic.CONCLUDED:
-        return read_conclusion(sent.value, sent.headers, None).topic
+        return read_conclusion(sent.value, sent.headers).topic
     return sent.topic.value
 
 

@@ -127,7 +127,7 @@ class TestRouteAccess:
 
 def test_a_stage_worker_signs_and_verifies_with_the_configured_key() -> None:
     """GROUNDSTREAM_STAGE_KEY reaches the Kafka worker's context: without it the stages
-    neither sealed nor checked anything, whatever the deployment's Secret said."""
+    neither signed nor checked an envelope, whatever the deployment's Secret said."""
     from workers.runtime.runner import build_loop
     from workers.runtime.settings import Settings
 

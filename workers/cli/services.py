@@ -33,6 +33,11 @@ def worker(stage: str, policy: str | None) -> None:
 
     settings = load_settings(policy)
     load_policy(settings)  # fail at start-up on a bad policy, naming the setting
+    if stage != "all":
+        from workers.runtime.signing import require_keys
+
+        # No key, no start on SSL/SASL_*, said before connecting; the writer checks too.
+        require_keys(settings, stage, signs=True, trusts=stage == "terminal")
     require_broker(settings, None if stage == "all" else stage)
     if stage == "all":
         sys.exit(run_all(settings, policy))
@@ -72,6 +77,7 @@ def wait_ready_command(timeout: float, stages: tuple[str, ...]) -> None:
 @policy_option
 def dashboard(policy: str | None) -> None:
     """Serve the live decisions dashboard (GROUNDSTREAM_WEB_HOST:PORT, 127.0.0.1 by default)."""
+    from workers.runtime.signing import require_keys
     from workers.web.app import run_dashboard
 
     settings = load_settings(policy)
@@ -85,6 +91,8 @@ def dashboard(policy: str | None) -> None:
             error = click.ClickException(str(exc))
             error.exit_code = 2
             raise error from None
+    # A person's verdict is signed with the review key; the pending list trusts only that.
+    require_keys(settings, "review", signs=True, trusts=True)
     require_broker(settings)
     run_dashboard(settings)
 

@@ -41,10 +41,12 @@ from topics import clients
 from topics.codec import dumps
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import MalformedMessage, candidate_from_dict
+from topics.security.keys import Signer
 from workers.interfaces import Emit, Inbound
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
-from workers.stages.kit import deadletter
+from workers.runtime.signing import require_keys, signer_for
+from workers.stages.kit import deadletter, signed_emits
 
 STAGE = "attach"
 
@@ -84,8 +86,10 @@ def route_message(
     pass_through: str,
     known: set[str],
     now: float,
+    signer: Signer | None = None,
 ) -> Routed:
-    """The sends for one message of the source topic (module docstring)."""
+    """The sends for one message of the source topic (module docstring); its dead
+    letter's records signed by `signer` (attach's own key)."""
     mapped = map_message(
         message.value,
         message.key,
@@ -120,7 +124,8 @@ def route_message(
     )
     if position(message) in known:
         return Routed((), "duplicate")  # dead-lettered by an earlier attach: one outcome
-    sends = tuple(Send.of(e, settings) for e in deadletter(item, reason, STAGE, now, direct=True))
+    emits = signed_emits(signer, deadletter(item, reason, STAGE, now, direct=True))
+    sends = tuple(Send.of(e, settings) for e in emits)
     return Routed(sends, "deadletter")
 
 
@@ -184,8 +189,10 @@ async def attach(
     """Attach `source` until cancelled, or until it has been idle `until_idle` seconds.
     `group`: the consumer group (default `<prefix>groundstream-attach`)."""
     target = pass_through or pass_through_topic(source)
+    require_keys(settings, STAGE, signs=True, trusts=False)
     await prepare_topics(settings, source, target)
     known = await known_ids(settings)
+    signer = signer_for(settings, STAGE)  # its dead letters' records, signed as attach
     kafka = settings.kafka()
     consumer = clients.consumer(
         kafka,
@@ -218,7 +225,7 @@ async def attach(
                 continue
             routed = []
             for message in messages:
-                r = route_message(message, mapping, settings, target, known, time.time())
+                r = route_message(message, mapping, settings, target, known, time.time(), signer)
                 if r.counted == "candidates" and r.candidate_id is not None:
                     known.add(r.candidate_id)
                 elif r.counted == "deadletter":

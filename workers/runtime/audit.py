@@ -6,7 +6,9 @@ an aborted recorder transaction is never mistaken for a chain. `--session` narro
 check to one chain and that session's candidates and decisions; `--from` starts the reads
 at an offset or a time, and the chains are then checked from wherever they start in that
 range. An offset means a different message on each topic, so with one `decisions` is
-checked from the first record the audit range chains, per partition.
+checked from the first record the audit range chains, per partition. With the stages'
+public keys (GROUNDSTREAM_TRUSTED_KEYS_DIR) every record on `decisions` must be signed by
+the stage it names; a record that is not is named.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from pipeline.trail.audit import (
 from pipeline.trail.replay import Position, message_ids
 from topics.codec import loads
 from topics.names import Topic
+from topics.security.keys import TrustedKeys
 from workers.runtime.ranges import read_range
 from workers.runtime.settings import Settings
+from workers.runtime.signing import record_refusal, require_keys, trusted_for
 from workers.stages.recorder import chain_name
 
 KEY_ENV = "GROUNDSTREAM_AUDIT_KEY"
@@ -84,14 +88,26 @@ def candidate_messages(
     return out
 
 
-def decision_messages(messages: list[ConsumerRecord], session: str | None) -> list[DecisionMessage]:
+def decision_messages(
+    messages: list[ConsumerRecord], session: str | None, trusted: TrustedKeys | None = None
+) -> list[DecisionMessage]:
+    """The records on `decisions`; with `trusted`, each one's signature checked against
+    the stage it names."""
     out = []
     for m in messages:
         if session is not None and chain_name(m.key) != session:
             continue
-        cid = _object(m.value).get("candidate_id")
+        record = _object(m.value)
+        cid = record.get("candidate_id")
         name = cid if isinstance(cid, str) else f"(unreadable at {_where(m)})"
-        out.append(DecisionMessage(m.partition, m.offset, name, (m.timestamp or 0) / 1000.0))
+        refused = (
+            None
+            if trusted is None
+            else record_refusal(trusted, m.key, m.value, tuple(m.headers or ()), record)
+        )
+        at = (m.timestamp or 0) / 1000.0
+        stage = str(record.get("stage", ""))
+        out.append(DecisionMessage(m.partition, m.offset, name, at, stage, refused))
     return out
 
 
@@ -134,11 +150,12 @@ async def _read(settings: Settings, scope: AuditScope) -> tuple[Any, ...]:
 
 
 def audit_verify(settings: Settings, scope: AuditScope, key: bytes | None) -> AuditReport:
+    require_keys(settings, "audit verify", signs=False, trusts=True)
     audit, candidates, decisions, heads = asyncio.run(_read(settings, scope))
     if heads is not None and scope.session is not None:
         heads = {k: v for k, v in heads.items() if k == scope.session}
     entries = located(audit, scope.session)
-    recorded = decision_messages(decisions, scope.session)
+    recorded = decision_messages(decisions, scope.session, trusted_for(settings, "audit verify"))
     if scope.start is not None and scope.start.offset is not None:
         recorded = from_first_chained(recorded, entries)
     return verify(

@@ -2,7 +2,7 @@
 
 It runs the very stage adapters the Kafka workers run, in ladder order, moving their
 emits between in-memory queues instead of topics, with the same per-candidate isolation
-(`isolation.process_isolated`) and the same terminal writer (`terminal.deliver`, applied
+(`isolation.process_isolated`) and the same terminal writer (`terminal.handle`, applied
 as each conclusion is published, so an outcome record follows its stage's record as it
 did on Kafka). Same functions, same records: the embedded decisions equal the Kafka
 decisions on the same input.
@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from topics.codec import dumps, loads
-from topics.conclusion import read_conclusion
 from topics.names import TERMINAL, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
 from workers.runtime.isolation import DEADLETTER_ALWAYS, OnProcessingError, process_isolated
-from workers.stages.terminal import deliver
+from workers.stages.terminal import handle
 
 
 @dataclass
@@ -57,8 +56,10 @@ class EmbeddedBus:
 
     def publish(self, emit: Emit) -> None:
         if emit.topic is Topic.CONCLUDED:
-            conclusion = read_conclusion(emit.value, emit.headers, self.ctx.stage_key)
-            for delivered in deliver(self.ledger, conclusion, self.ctx.clock()):
+            offset = self.offsets[emit.topic]
+            self.offsets[emit.topic] += 1
+            item = Inbound(emit.key, emit.value, emit.topic.value, 0, offset, emit.headers)
+            for delivered in handle(self.ledger, item, self.ctx.trusted, self.ctx.clock()):
                 self.publish(delivered)
             return
         if emit.topic is Topic.DECISIONS:

@@ -158,12 +158,12 @@ async def _one(
             ) from exc
         log.exception("stage %s: dead-lettering %s", stage.name, _where(item))
         reason = f"stage error: {type(exc).__name__}"
-        return deadletter(item, reason, stage.name, ctx.clock(), stage_key=ctx.stage_key)
+        return deadletter(item, reason, stage.name, ctx.clock())
     size = oversize(emits, limit)
     if size:
         restore()
         reason = f"output too large: {size} bytes > limit {limit}"
-        return deadletter(item, reason, stage.name, ctx.clock(), stage_key=ctx.stage_key)
+        return deadletter(item, reason, stage.name, ctx.clock())
     return emits
 
 

@@ -100,6 +100,7 @@ from workers.runtime.metrics import LAG_INTERVAL, StageMetrics
 from workers.runtime.settings import Settings
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry
+from workers.stages.kit import signed_emits
 
 log = logging.getLogger("groundstream.worker")
 
@@ -802,7 +803,8 @@ class StageLoop:
             self._txn_began = time.monotonic()
             await asyncio.wait_for(producer.begin_transaction(), OP_TIMEOUT_S)
             messages: list[Message] = [
-                (self.settings.topic(e.topic), e.key, e.value, e.headers) for e in emits
+                (self.settings.topic(e.topic), e.key, e.value, e.headers)
+                for e in signed_emits(self.ctx.signer, emits)  # this stage's own key
             ]
             sent = self.store.changes() if self.store is not None else []
             if self.store is not None:

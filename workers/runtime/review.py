@@ -15,7 +15,8 @@ from the parking, so two processes completing the same claim fence each other.
 A crash between the claim and the routing leaves a claimed item on the list (nothing
 vanishes); any reviewer acting on it after `CLAIM_STALE_SECONDS` completes the *winning*
 claim's verdict, not their own. An item is decided when a `review` record links to (has
-as `prev_hash`) the record that parked it; a candidate parked again later is listed again.
+as `prev_hash`) the record that parked it — with trusted keys, a record the review key
+signed — and a candidate parked again later is listed again.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ from topics import clients
 from topics.codec import dumps, loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from topics.schema import Envelope, MalformedMessage, parse_envelope
+from topics.security.keys import TrustedKeys
 from workers.clients.partitions import partitions as held_partitions
-from workers.interfaces import Emit, StageContext
+from workers.interfaces import StageContext
 from workers.runtime.kafka_tools import reader
 from workers.runtime.settings import Settings
+from workers.runtime.signing import record_refusal, require_keys, signer_for, trusted_for
+from workers.stages.kit import signed_emits
 from workers.stages.review import REVIEW_STAGE, review_emits
 
 log = logging.getLogger("groundstream.review")
@@ -158,8 +162,12 @@ async def _claims(settings: Settings, timeout: float) -> list[Claim]:
     return [c for c in (read_claim(r.key, r.value) for r in records) if c is not None]
 
 
-def _decisions(records: list[Any]) -> tuple[set[str], dict[str, dict[str, Any]]]:
-    """(parkings already decided, last review record per candidate) from `decisions`."""
+def _decisions(
+    records: list[Any], trusted: TrustedKeys | None
+) -> tuple[set[str], dict[str, dict[str, Any]]]:
+    """(parkings already decided, last review record per candidate) from `decisions`.
+    With trusted keys, a `review` record counts only when the review key signed it:
+    whoever else may write `decisions` cannot hide a parked answer."""
     parked: set[str] = set()
     last: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -169,6 +177,9 @@ def _decisions(records: list[Any]) -> tuple[set[str], dict[str, dict[str, Any]]]
             continue
         if not isinstance(rec, dict) or rec.get("stage") != REVIEW_STAGE:
             continue
+        if trusted is not None and (why := record_refusal(trusted, r.key, r.value, r.headers, rec)):
+            log.warning("a review record not taken as a verdict (%s): %s", _where(r), why)
+            continue
         parked.add(str(rec.get("prev_hash", "")))
         last[str(rec.get("candidate_id"))] = rec
     return parked, last
@@ -176,7 +187,9 @@ def _decisions(records: list[Any]) -> tuple[set[str], dict[str, dict[str, Any]]]
 
 async def pending(settings: Settings, timeout: float = 20.0) -> list[Pending]:
     """Items on escalations.review that no person has decided yet, oldest first."""
-    decided, _ = _decisions(await read_all(settings, Topic.DECISIONS, timeout))
+    require_keys(settings, REVIEW_STAGE, signs=False, trusts=True)
+    records = await read_all(settings, Topic.DECISIONS, timeout)
+    decided, _ = _decisions(records, trusted_for(settings, REVIEW_STAGE))
     claims = await _claims(settings, timeout)
     queue: dict[str, Pending] = {}
     for record in await read_all(settings, Topic.REVIEW, timeout):
@@ -207,9 +220,11 @@ async def decide(
     when the candidate is not waiting for review at all."""
     if not by.strip():
         raise ValueError("--by must name the person deciding")
+    require_keys(settings, REVIEW_STAGE, signs=True, trusts=True)
     items = {p.envelope.candidate.id: p for p in await pending(settings)}
     if candidate_id not in items:
-        _, last = _decisions(await read_all(settings, Topic.DECISIONS, 20.0))
+        records = await read_all(settings, Topic.DECISIONS, 20.0)
+        _, last = _decisions(records, trusted_for(settings, REVIEW_STAGE))
         if candidate_id in last:
             rec = last[candidate_id]
             evidence = rec.get("evidence") or {}
@@ -239,6 +254,10 @@ async def decide(
     return record
 
 
+def _where(r: Any) -> str:
+    return f"{r.topic}[{r.partition}]@{r.offset}"
+
+
 def _epoch(record: dict[str, Any]) -> float:
     """A record's `decided_at` (ISO 8601) as epoch seconds; 0 when unreadable."""
     try:
@@ -260,7 +279,9 @@ async def _send_claim(settings: Settings, claim: Claim) -> None:
 async def _route(settings: Settings, policy: Policy, env: Envelope, claim: Claim) -> dict[str, Any]:
     key = settings.stage_key.encode() or None
     ctx = StageContext(policy=policy, default_route=settings.default_route, stage_key=key)
-    emits: list[Emit] = review_emits(ctx, env, claim)
+    # The person's verdict is signed with the review key: the writer and the pending list
+    # trust it only so.
+    emits = signed_emits(signer_for(settings, REVIEW_STAGE), review_emits(ctx, env, claim))
     parking = hashlib.sha256(f"{env.candidate.id}/{env.last_hash}".encode()).hexdigest()[:24]
     producer = clients.producer(
         settings.kafka(),

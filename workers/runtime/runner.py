@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Coroutine, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -24,7 +25,8 @@ from workers.runtime.loop import Fenced, RetriesExhausted, StageLoop
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.refusals import TROUBLESHOOTING, kafka_refusal
-from workers.runtime.settings import Settings
+from workers.runtime.settings import PREFIX, Settings
+from workers.runtime.signing import stage_keys
 from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry, configure
 
@@ -74,6 +76,7 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
             " ladder sends to the judge goes to a person",
             name,
         )
+    signer, trusted = stage_keys(settings, name)
     ctx = StageContext(
         policy=policy,
         default_route=settings.default_route,
@@ -82,6 +85,8 @@ def build_loop(name: str, settings: Settings) -> StageLoop:
         encoder_backend=settings.encoder_backend,
         encoder_cache_rows=settings.encoder_cache_rows,
         stage_key=settings.stage_key.encode() or None,
+        signer=signer,
+        trusted=trusted,
     )
     if spec.preload_encoder(settings):
         from workers.clients.encoder import stage_encoder
@@ -197,8 +202,19 @@ RECORDER = "recorder"
 """The audit recorder's name among `worker all`'s children (its ready file says so too)."""
 
 
+def child_env(settings: Settings, name: str) -> dict[str, str] | None:
+    """`worker all`'s child `name` signs with its own key: `<name>.key` beside
+    GROUNDSTREAM_SIGNING_KEY_FILE (`groundstream keys generate` writes them side by side);
+    None (this process's environment) when no key is set or the child signs nothing."""
+    if not settings.signing_key_file or name == RECORDER:
+        return None
+    own = Path(settings.signing_key_file).with_name(f"{name}.key")
+    return {**os.environ, f"{PREFIX}SIGNING_KEY_FILE": str(own)}
+
+
 def run_all(settings: Settings, policy: str | None) -> int:
-    """Start every stage, and the audit recorder, as its own process; stop all when one
+    """Start every stage, and the audit recorder, as its own process (each stage with its
+    own signing key, `child_env`); stop all when one
     exits or on a signal. Once every child has said it is ready, say so once: "all 6
     stages and the audit recorder ready". The recorder runs here because a stack without
     it leaves `decisions` unchained, and `audit verify` then cannot call anything intact."""
@@ -208,7 +224,10 @@ def run_all(settings: Settings, policy: str | None) -> int:
     commands[RECORDER] = [*base, "audit", "record", *extra]
     for name in commands:
         clear_ready(settings, name)
-    children = {name: subprocess.Popen(command) for name, command in commands.items()}
+    children = {
+        name: subprocess.Popen(command, env=child_env(settings, name))
+        for name, command in commands.items()
+    }
     pids = {name: child.pid for name, child in children.items()}
     all_ready = False
     stopping = False

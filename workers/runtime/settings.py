@@ -163,6 +163,13 @@ def _header_name(v: str) -> str:
     return v
 
 
+def _existing_dir(v: str) -> str:
+    """A path to a folder ("" for none)."""
+    if v and not Path(v).is_dir():
+        raise ValueError
+    return v
+
+
 def _url(v: str) -> str:
     if v and not v.startswith(("http://", "https://")):
         raise ValueError
@@ -208,6 +215,8 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "kafka_ssl_key_file": (_existing_file, "a readable file"),
     "kafka_ssl_check_hostname": (_flag, "true/false, 1/0 or yes/no"),
     "kafka_allow_cleartext_sasl": (_flag, "true/false, 1/0 or yes/no"),
+    "signing_key_file": (_existing_file, "a readable file (`groundstream keys generate`)"),
+    "trusted_keys_dir": (_existing_dir, "a folder of public keys (`groundstream keys generate`)"),
 }
 
 SECRET_FIELDS = frozenset(
@@ -334,7 +343,14 @@ class Settings:
     sampler_api_key: str = field(default="", repr=False)
     """The sampler endpoint's bearer token."""
     stage_key: str = field(default="", repr=False)
-    """Shared HMAC secret: stages sign each envelope, and dead-letter one that fails it."""
+    """Shared HMAC secret: stages sign each envelope on an inner topic, and dead-letter one
+    that fails it (conclusions and decision records are signed per stage, below)."""
+    signing_key_file: str = ""
+    """This process's own Ed25519 private key (PEM): its conclusions and decision records
+    are signed with it. Required on an SSL or SASL_* broker (`groundstream keys generate`)."""
+    trusted_keys_dir: str = ""
+    """The stages' public keys, `<stage>.pub` (and `<stage>.<any>.pub` during a rollover):
+    the terminal writer, review and `audit verify` trust a signature only by these."""
     nli_model: str = ""
     """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is GROUNDSTREAM_READER's
     pair reader (no claim reader ships with groundstream: train or export one first)."""

@@ -46,12 +46,12 @@ def open_envelopes(
     for item in batch:
         forged = ctx.stage_key and verify(ctx.stage_key, source.value, item.value, item.headers)
         if forged:
-            emits += deadletter(item, forged, stage, now, stage_key=ctx.stage_key)
+            emits += deadletter(item, forged, stage, now)
             continue
         try:
             env = parse_envelope(item.value)
         except MalformedMessage as exc:
-            emits += deadletter(item, exc.reason, stage, now, stage_key=ctx.stage_key)
+            emits += deadletter(item, exc.reason, stage, now)
             continue
         if env.human is None and expired(env.deadline, now):
             emits += conclude(ctx, stage, env, DEADLINE, time.perf_counter())

@@ -48,12 +48,12 @@ class GeometryStage:
             try:
                 candidate = parse_candidate(item.value, max_bytes=ctx.max_candidate_bytes)
             except MalformedMessage as exc:
-                emits += deadletter(item, exc.reason, self.name, now, stage_key=ctx.stage_key)
+                emits += deadletter(item, exc.reason, self.name, now)
                 continue
             route = geometry.route_of(candidate, ctx.policy, ctx.default_route)
             refused = geometry.refusal(candidate, route)
             if refused is not None:
-                emits += deadletter(item, refused, self.name, now, stage_key=ctx.stage_key)
+                emits += deadletter(item, refused, self.name, now)
                 continue
             # Entry = the candidates message's broker timestamp, the same on redelivery,
             # so a replay judges the deadline as the first attempt did.

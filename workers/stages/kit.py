@@ -12,6 +12,7 @@ modes decide identically.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,8 @@ from topics.codec import dumps
 from topics.conclusion import Conclusion, candidate_id_of
 from topics.names import TERMINAL, Topic
 from topics.schema import Candidate, Envelope, GeometryPayload, HumanPayload
+from topics.security.keys import Signer
+from topics.security.signatures import sign
 from topics.signing import signed
 from workers.interfaces import Emit, Inbound, StageContext
 from workers.stages.routes import KILL_SWITCH, route, served
@@ -126,7 +129,7 @@ def conclude(
         human=env.human is not None,
         headers=signed(ctx.stage_key, target.value, value, _trace_headers(env)),
     )
-    emits.append(conclusion_emit(ending, ctx.stage_key))
+    emits.append(conclusion_emit(ending))
     return emits
 
 
@@ -147,15 +150,29 @@ def _carry(
     return env
 
 
-def conclusion_emit(conclusion: Conclusion, stage_key: bytes | None) -> Emit:
-    """A conclusion addressed to the terminal writer, keyed by candidate id (sealed with
-    the stage key when there is one)."""
-    return Emit(
-        Topic.CONCLUDED,
-        conclusion.wire_key(),
-        conclusion.value,
-        conclusion.wire_headers(stage_key),
-    )
+def conclusion_emit(conclusion: Conclusion) -> Emit:
+    """A conclusion addressed to the terminal writer, keyed by candidate id (signed as it
+    is sent: `signed_emits`)."""
+    return Emit(Topic.CONCLUDED, conclusion.wire_key(), conclusion.value, conclusion.wire_headers())
+
+
+SIGNED_TOPICS = frozenset({Topic.CONCLUDED, Topic.DECISIONS})
+"""What a stage vouches for with its own key: its conclusions and its decision records
+(the inner topics' envelopes carry the shared HMAC, `topics.signing`)."""
+
+
+def signed_emits(signer: Signer | None, emits: Sequence[Emit]) -> list[Emit]:
+    """`emits`, those on `concluded` and `decisions` signed by `signer` (unchanged without
+    one: a development broker without keys). Every process that writes them calls this
+    just before it sends: the Kafka loop, the review queue, attach."""
+    if signer is None:
+        return list(emits)
+    return [
+        replace(e, headers=sign(signer, e.topic.value, e.key, e.value, e.headers))
+        if e.topic in SIGNED_TOPICS
+        else e
+        for e in emits
+    ]
 
 
 def _trace_id(traceparent: str | None) -> str | None:
@@ -174,15 +191,17 @@ def deadletter(
     now: float,
     *,
     direct: bool = False,
-    stage_key: bytes | None = None,
+    anonymous: bool = False,
 ) -> list[Emit]:
     """The raw bytes, unchanged, with the reason and origin in headers; the stage's record
     and the candidate's `outcome`, both under its id when the message names one (else
     under its origin, topic/partition/offset, the one name that survives redelivery).
-    Sent through the terminal writer like every outcome (sealed with `stage_key`);
-    `direct` only where no writer follows (the writer's own dead letters, attach)."""
+    Sent through the terminal writer like every outcome; `direct` only where no writer
+    follows (the writer's own dead letters, attach). `anonymous`: under its origin even
+    when it names a candidate (a conclusion the writer refused is no outcome of the
+    candidate it names: a forger must not end that candidate's trail)."""
     origin = f"{item.topic}/{item.partition}/{item.offset}"
-    named = candidate_id_of(item.value)
+    named = None if anonymous else candidate_id_of(item.value)
     candidate_id = named or origin
     headers = (
         ("gs-reason", reason.encode("utf-8")),
@@ -219,4 +238,4 @@ def deadletter(
             Emit(Topic.DEADLETTER, key, value, headers),
         ]
     ending = Conclusion(candidate_id, Topic.DEADLETTER.value, key, value, outcome, headers=headers)
-    return [record_emit(record, key or b""), conclusion_emit(ending, stage_key)]
+    return [record_emit(record, key or b""), conclusion_emit(ending)]

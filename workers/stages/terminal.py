@@ -17,9 +17,15 @@ candidate id, co-partitioned with `concluded`; the Kafka loop restores it at
 read_committed on assignment and writes it in the same transaction as the outputs and
 the input offsets, so ledger, outputs and offsets never disagree, whatever crashes.
 
-With a stage key, a conclusion whose seal does not verify is dead-lettered as it came, not
-delivered (topics/conclusion.py). The embedded runner calls `deliver` directly, with a
-dict for a ledger.
+What the writer delivers is only what a stage with the authority concluded. With trusted
+keys (GROUNDSTREAM_TRUSTED_KEYS_DIR), a conclusion must carry a signature one of its
+signer's keys verifies, and the signer must hold the authority for the terminal topic it
+names (`pipeline.bounds.conclusions`: only rules concludes to state). Whatever the keys, a
+conclusion must name a terminal topic. Anything else — unsigned, an unknown key, a stage
+beyond its authority, `candidates` or any inner topic, a malformed header — is
+dead-lettered with a one-line reason under its own origin (it is no outcome of the
+candidate it names), and the batch goes on: no message can stop the writer. The embedded
+runner calls `handle` directly, with a dict for a ledger.
 """
 
 from __future__ import annotations
@@ -27,12 +33,45 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
+from pipeline.bounds.conclusions import refusal
 from pipeline.stages import terminal
 from pipeline.trail.ledger import Attempt
 from topics.conclusion import BadConclusion, Conclusion, read_conclusion
 from topics.names import Topic
+from topics.security.keys import TrustedKeys
+from topics.security.signatures import Unverified, verify
 from workers.interfaces import Emit, Inbound, StageContext
 from workers.stages.kit import deadletter, record_emit
+
+NAME = "terminal"
+
+
+def admitted(item: Inbound, trusted: TrustedKeys | None) -> Conclusion:
+    """The conclusion `item` carries, when the writer may deliver it; BadConclusion with
+    the one-line reason otherwise (see the module docstring)."""
+    signer = None
+    if trusted is not None:
+        try:
+            signer = verify(trusted, Topic.CONCLUDED.value, item.key, item.value, item.headers)
+        except Unverified as exc:
+            raise BadConclusion(f"conclusion refused: {exc}") from None
+    conclusion = read_conclusion(item.value, item.headers)
+    refused = refusal(signer, conclusion.topic)
+    if refused is not None:
+        raise BadConclusion(f"conclusion refused: {refused}")
+    return conclusion
+
+
+def handle(
+    ledger: MutableMapping[bytes, Any], item: Inbound, trusted: TrustedKeys | None, now: float
+) -> list[Emit]:
+    """One message of `concluded`: delivered or superseded (`deliver`), or dead-lettered
+    with its reason when it is not admitted."""
+    try:
+        conclusion = admitted(item, trusted)
+    except BadConclusion as exc:
+        return deadletter(item, str(exc), NAME, now, direct=True, anonymous=True)
+    return deliver(ledger, conclusion, now)
 
 
 def deliver(ledger: MutableMapping[bytes, Any], conclusion: Conclusion, now: float) -> list[Emit]:
@@ -53,7 +92,7 @@ def deliver(ledger: MutableMapping[bytes, Any], conclusion: Conclusion, now: flo
 class TerminalStage:
     """concluded → state | escalations.* | deadletter, through the outcome ledger."""
 
-    name = "terminal"
+    name = NAME
     reads_control = False  # delivers or records decisions made upstream; none of its own
     source = Topic.CONCLUDED
 
@@ -63,12 +102,7 @@ class TerminalStage:
     async def process(self, batch: Sequence[Inbound], ctx: StageContext) -> list[Emit]:
         emits: list[Emit] = []
         for item in batch:
-            try:
-                conclusion = read_conclusion(item.value, item.headers, ctx.stage_key)
-            except BadConclusion as exc:
-                emits += deadletter(item, str(exc), self.name, ctx.clock(), direct=True)
-                continue
-            emits += deliver(self.ledger, conclusion, ctx.clock())
+            emits += handle(self.ledger, item, ctx.trusted, ctx.clock())
         return emits
 
     async def close(self) -> None:

@@ -19,6 +19,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pipeline.errors import GroundstreamError
 from workers.runtime.reviewers import SETTING as TOKENS_FILE
 from workers.runtime.reviewers import ReviewerFile, valid_name
 from workers.runtime.settings import Settings
@@ -44,7 +45,7 @@ class Access:
 PUBLIC = Access(False)
 
 
-class Refused(Exception):
+class Refused(GroundstreamError):
     """A request whose credential is wrong, or that may not do what it asks."""
 
     def __init__(self, status: int, message: str, *, challenge: bool = False) -> None:
