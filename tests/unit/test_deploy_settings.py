@@ -21,16 +21,9 @@ from workers.runtime.settings import PREFIX, SECRET_FIELDS, Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
-READ_OUTSIDE_SETTINGS = {
-    "GROUNDSTREAM_ONNX_DIR",
-    "GROUNDSTREAM_AUDIT_KEY",
-    "GROUNDSTREAM_SIGNING_KEY_FILE",
-    "GROUNDSTREAM_TRUSTED_KEYS_DIR",
-}
+READ_OUTSIDE_SETTINGS = {"GROUNDSTREAM_ONNX_DIR", "GROUNDSTREAM_AUDIT_KEY"}
 """Variables the code reads directly: the encoder's exported graph, named by the image, and
-the audit chain's key (`workers.runtime.audit`), in the Secret and .env.example; and the
-per-stage signing key and trusted public keys (`topics/security/`'s keys, written beside
-this work), which the Kubernetes manifests mount."""
+the audit chain's key (`workers.runtime.audit`), in the Secret and .env.example."""
 
 
 def _named(text: str) -> set[str]:

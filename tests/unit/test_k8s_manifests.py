@@ -7,12 +7,15 @@ every manifest; every stage of the ladder and the audit recorder runs as a State
 no others; every stage's GROUNDSTREAM_INSTANCE_ID is its pod's name (downward API),
 the identity `StageLoop.member_id` makes its transactional id and static group member id
 of; every principal (each stage, the recorder, the dashboard, the topics Job) has a
-Secret of its own and each pod references only its own: its SASL user, its password and
-signing key as files (never environment values), the public keys of every signer from the
-`groundstream-trusted-keys` ConfigMap where signatures are checked; every variable taken
-from a Secret names a key that Secret holds, and each container takes only the secrets it
-uses; every GROUNDSTREAM_* variable a manifest names is a setting of
-workers/runtime/settings.py (or the audit key, read beside it, or the signing keys').
+Secret of its own and each pod references only its own: its SASL user, its password as a
+file (never an environment value); each stage's signing key is a file of its own
+`groundstream-signing-<stage>` Secret and the public keys of every signer come from the
+`groundstream-trusted-keys` ConfigMap where signatures are checked, both exactly as
+`groundstream keys generate --k8s` makes them (and never shipped here, so an apply of this
+directory cannot replace them); every variable taken from a Secret names a key that Secret
+holds, and each container takes only the secrets it uses; every GROUNDSTREAM_* variable a
+manifest names is a setting of workers/runtime/settings.py (or the audit key, read beside
+it).
 
 Not checked: the full OpenAPI schema of each kind (unknown or misspelt fields deeper than
 the ones named here, value types, quantities' syntax beyond memory). kubeconform would
@@ -32,8 +35,10 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.bounds.conclusions import SIGNERS, TERMINAL_WRITER
 from pipeline.policy.document import load_policy
 from topics.names import Topic
+from topics.security.keys import generate, k8s_manifests, signing_secret
 from workers.interfaces import StageContext
 from workers.runtime.audit import KEY_ENV
 from workers.runtime.ladder import STAGE_NAMES
@@ -47,8 +52,7 @@ from workers.stages.terminal import TerminalStage
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
 SIGNING_KEY_FILE, TRUSTED_KEYS_DIR = PREFIX + "SIGNING_KEY_FILE", PREFIX + "TRUSTED_KEYS_DIR"
-"""The per-stage signing settings (`topics/security/`'s keys, written beside this work)."""
-KNOWN_VARIABLES = SETTINGS | {KEY_ENV, SIGNING_KEY_FILE, TRUSTED_KEYS_DIR}
+KNOWN_VARIABLES = SETTINGS | {KEY_ENV}
 KINDS = {
     ("v1", "Namespace"),
     ("v1", "ConfigMap"),
@@ -65,10 +69,15 @@ password (no setting reads it from a file). The SASL password is a mounted file.
 PRINCIPALS = (*WORKERS, "dashboard", "topics")
 """Every principal with a Secret of its own: the dashboard's is for `groundstream dashboard`
 and `review`, run where the user chooses (no manifest here deploys them)."""
-SIGNERS = (*WORKERS, "dashboard")
-"""Those that sign what they write: every principal but `topics create`, which writes none."""
-TRUSTING = ("terminal", "recorder")
-"""The deployed readers that check who signed what (and the dashboard, not deployed)."""
+SIGNING = STAGE_NAMES
+"""The deployed processes that sign what they write (`workers.runtime.signing.stage_keys`):
+every stage of the ladder. The recorder chains records with the audit key and signs none,
+`topics create` writes none; `review` (the dashboard) and `attach` are not deployed here."""
+TRUSTING = (TERMINAL_WRITER,)
+"""The deployed readers that check who signed what: the terminal writer (review, the
+dashboard and `audit verify` check too, where you run them)."""
+GENERATED = [d for d in yaml.safe_load_all(k8s_manifests(generate(SIGNERS))) if d is not None]
+"""What `groundstream keys generate --k8s` emits for every signer."""
 PASSWORD_FILE = "/etc/groundstream/kafka/sasl.password"
 SECRETS_OF: dict[str, set[str]] = {
     "topics": KAFKA_SECRETS,  # the Job and every init container (each its pod's principal)
@@ -280,7 +289,8 @@ def test_every_principal_has_a_secret_of_its_own() -> None:
 @pytest.mark.parametrize("principal", [*WORKERS, "topics"])
 def test_each_pod_references_only_its_own_secret(principal: str) -> None:
     """A pod's credentials act as its own stage only: one principal, one key, per stage."""
-    assert _secret_names(_pod_of(principal)) == {f"groundstream-{principal}"}
+    signing = {signing_secret(principal)} if principal in SIGNING else set()
+    assert _secret_names(_pod_of(principal)) == {f"groundstream-{principal}"} | signing
 
 
 def test_every_secret_reference_names_a_key_of_the_secret() -> None:
@@ -296,7 +306,7 @@ def test_every_secret_reference_names_a_key_of_the_secret() -> None:
         assert not any("secretRef" in r for r in container.get("envFrom", [])), owner
     for owner, spec in _pod_specs():
         for volume in spec.get("volumes", []):
-            if "secret" in volume:
+            if "secret" in volume and volume["secret"]["secretName"] in secrets:
                 keys = secrets[volume["secret"]["secretName"]]
                 assert {i["key"] for i in volume["secret"]["items"]} <= set(keys), owner
 
@@ -329,7 +339,7 @@ def test_the_password_and_the_signing_key_are_files_never_environment_values(
         volume = mounted[directory]
         assert volume["secret"]["secretName"] == own
         assert [i["path"] for i in volume["secret"]["items"]] == [file]
-        signs = container in pod["containers"] and principal in SIGNERS
+        signs = container in pod["containers"] and principal in SIGNING
         env = {e["name"]: e for e in container.get("env", [])}
         keyed = [
             v
@@ -342,7 +352,7 @@ def test_the_password_and_the_signing_key_are_files_never_environment_values(
         path = env[SIGNING_KEY_FILE]["value"]
         directory, file = path.rsplit("/", 1)
         volume = mounted[directory]
-        assert volume["secret"]["secretName"] == own
+        assert volume["secret"]["secretName"] == signing_secret(principal)
         assert volume["secret"]["items"] == [{"key": "signing.key", "path": file}]
 
 
@@ -351,21 +361,75 @@ def test_the_trusted_keys_reach_the_readers_that_check_signatures(principal: str
     pod = _pod_of(principal)
     (main,) = pod["containers"]
     env = {e["name"]: e for e in main["env"]}
+    mounted = _mounted(pod, main)
     if principal not in TRUSTING:
         assert TRUSTED_KEYS_DIR not in env
+        assert not any(
+            "configMap" in v and v["configMap"]["name"] == _trusted()[0] for v in mounted.values()
+        )
         return
-    volume = _mounted(pod, main)[env[TRUSTED_KEYS_DIR]["value"]]
-    assert volume["configMap"]["name"] == "groundstream-trusted-keys"
-    (trusted,) = [
-        c for c in _of_kind("ConfigMap") if c["metadata"]["name"] == "groundstream-trusted-keys"
-    ]
-    assert set(trusted["data"]) == {f"{signer}.pub" for signer in SIGNERS}
+    volume = mounted[env[TRUSTED_KEYS_DIR]["value"]]
+    assert volume["configMap"] == {"name": _trusted()[0]}  # every key, none optional
 
 
-def test_every_signer_has_a_signing_key_in_its_secret() -> None:
-    secrets = _secrets()
-    for principal in PRINCIPALS:
-        assert ("signing.key" in secrets[f"groundstream-{principal}"]) is (principal in SIGNERS)
+def _trusted() -> tuple[str, set[str]]:
+    """The generated ConfigMap of public keys: its name and its files."""
+    (configmap,) = [d for d in GENERATED if d["kind"] == "ConfigMap"]
+    return configmap["metadata"]["name"], set(configmap["data"])
+
+
+def _key_volumes(stage: str) -> list[dict[str, Any]]:
+    """The volumes `stage`'s main container reads its signing and trusted keys from."""
+    pod = _pod_of(stage)
+    (main,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in main["env"] if "value" in e}
+    mounted = _mounted(pod, main)
+    paths = [env[SIGNING_KEY_FILE].rsplit("/", 1)[0]] if SIGNING_KEY_FILE in env else []
+    paths += [env[TRUSTED_KEYS_DIR]] if TRUSTED_KEYS_DIR in env else []
+    return [mounted[path] for path in paths]
+
+
+def test_generated_keys_are_a_secret_per_signer_and_a_configmap_of_public_keys() -> None:
+    secrets = {d["metadata"]["name"]: set(d["data"]) for d in GENERATED if d["kind"] == "Secret"}
+    assert secrets == {signing_secret(s): {"signing.key"} for s in SIGNERS}
+    assert _trusted()[1] == {f"{s}.pub" for s in SIGNERS}
+    assert set(SIGNING) <= set(SIGNERS)  # every deployed signer gets a key generated
+
+
+@pytest.mark.parametrize("stage", WORKERS)
+def test_every_key_a_statefulset_mounts_is_one_the_generator_emits(stage: str) -> None:
+    """`kubectl apply -f keys.yaml` is all a pod's keys need: each Secret and ConfigMap,
+    and each key of them, that a StatefulSet mounts for signing or trusting is exactly one
+    `keys generate --k8s` makes; and a stage mounts only its own signing Secret."""
+    generated = {
+        (d["kind"], d["metadata"]["name"]): set(d["data"])
+        for d in GENERATED
+        if d["kind"] in ("Secret", "ConfigMap")
+    }
+    volumes = _key_volumes(stage)
+    assert len(volumes) == (stage in SIGNING) + (stage in TRUSTING)
+    for volume in volumes:
+        if "secret" in volume:
+            kind, name, items = "Secret", volume["secret"]["secretName"], volume["secret"]["items"]
+            assert name == signing_secret(stage)
+        else:
+            kind, name, items = "ConfigMap", volume["configMap"]["name"], []
+        assert (kind, name) in generated, name
+        assert {i["key"] for i in items} <= generated[kind, name], name
+    signing = {
+        v["secret"]["secretName"]
+        for v in _pod_of(stage).get("volumes", [])
+        if "secret" in v and v["secret"]["secretName"].startswith(signing_secret(""))
+    }
+    assert signing == ({signing_secret(stage)} if stage in SIGNING else set())
+
+
+def test_no_manifest_here_ships_what_the_generator_makes() -> None:
+    """A placeholder of a generated Secret or ConfigMap would replace the real keys with
+    empty ones on every `kubectl apply -k`; and the SASL Secrets hold no signing key."""
+    generated = {(d["kind"], d["metadata"]["name"]) for d in GENERATED}
+    assert generated & {(d["kind"], d["metadata"]["name"]) for d in ALL} == set()
+    assert not any("signing.key" in keys for keys in _secrets().values())
 
 
 def test_every_variable_a_manifest_names_is_a_known_setting() -> None:

@@ -57,19 +57,31 @@ def test_generate_writes_a_private_key_only_its_owner_reads_and_a_public_key_per
     assert ran.exit_code == 1 and "rules.key exists: not overwritten" in ran.output
 
 
-def test_generate_k8s_writes_a_secret_per_stage_and_one_of_public_keys(tmp_path: Path) -> None:
+def test_generate_k8s_writes_a_secret_per_stage_and_a_configmap_of_public_keys(
+    tmp_path: Path,
+) -> None:
+    """Private keys in Secrets, public keys (not secret) in a ConfigMap; what they hold is
+    the key pair itself, so a pod mounting both can sign and be verified."""
+    import base64
+
     import yaml
 
     generate(tmp_path, "--k8s", "--stage", "rules", "--stage", "geometry")
     docs = list(yaml.safe_load_all((tmp_path / "keys.yaml").read_text()))
-    assert [d["metadata"]["name"] for d in docs] == [
-        "groundstream-signing-rules",
-        "groundstream-signing-geometry",
-        "groundstream-trusted-keys",
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Secret", "groundstream-signing-rules"),
+        ("Secret", "groundstream-signing-geometry"),
+        ("ConfigMap", "groundstream-trusted-keys"),
     ]
-    assert all(d["kind"] == "Secret" for d in docs)
     assert set(docs[0]["data"]) == {"signing.key"}
     assert set(docs[2]["data"]) == {"rules.pub", "geometry.pub"}
+    (tmp_path / "rules.key").write_bytes(base64.b64decode(docs[0]["data"]["signing.key"]))
+    (tmp_path / "trusted").mkdir()
+    for name, pem in docs[2]["data"].items():
+        (tmp_path / "trusted" / name).write_text(pem)
+    headers = sign(load_signer(tmp_path / "rules.key", "rules"), "concluded", b"k", b"v")
+    trusted = load_trusted(tmp_path / "trusted")
+    assert verify_signature(trusted, "concluded", b"k", b"v", headers) == "rules"
 
 
 def test_a_rollover_trusts_every_key_of_a_stage_until_its_file_is_removed(tmp_path: Path) -> None:

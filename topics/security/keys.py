@@ -29,7 +29,14 @@ from pipeline.errors import GroundstreamError
 
 PRIVATE_SUFFIX = ".key"
 PUBLIC_SUFFIX = ".pub"
-TRUSTED_KEYS_SECRET = "groundstream-trusted-keys"
+TRUSTED_KEYS_CONFIGMAP = "groundstream-trusted-keys"
+SIGNING_KEY = "signing.key"
+
+
+def signing_secret(stage: str) -> str:
+    """The Kubernetes Secret holding `stage`'s private key, apart from its Kafka
+    credentials so that applying new keys never replaces them."""
+    return f"groundstream-signing-{stage}"
 
 
 class KeyFileError(GroundstreamError, ValueError):
@@ -94,25 +101,33 @@ def write_pairs(out: Path, pairs: Mapping[str, Ed25519PrivateKey]) -> list[Path]
 
 
 def k8s_manifests(pairs: Mapping[str, Ed25519PrivateKey], namespace: str | None = None) -> str:
-    """Kubernetes Secrets: `groundstream-signing-<stage>` holding that stage's private
-    key as `signing.key` (mount it, set GROUNDSTREAM_SIGNING_KEY_FILE to it), and
-    `groundstream-trusted-keys` holding every public key as `<stage>.pub` (mount it as
-    the folder GROUNDSTREAM_TRUSTED_KEYS_DIR names)."""
+    """Kubernetes manifests: a Secret `groundstream-signing-<stage>` per stage holding its
+    private key as `signing.key` (mount it, set GROUNDSTREAM_SIGNING_KEY_FILE to it), and
+    the ConfigMap `groundstream-trusted-keys` holding every public key as `<stage>.pub`
+    (not secret; mount it as the folder GROUNDSTREAM_TRUSTED_KEYS_DIR names)."""
     docs = [
-        _secret(f"groundstream-signing-{stage}", {"signing.key": private_pem(key)}, namespace)
+        _document("Secret", signing_secret(stage), {SIGNING_KEY: private_pem(key)}, namespace)
         for stage, key in pairs.items()
     ]
     public = {f"{s}{PUBLIC_SUFFIX}": public_pem(k.public_key()) for s, k in pairs.items()}
-    docs.append(_secret(TRUSTED_KEYS_SECRET, public, namespace))
+    docs.append(_document("ConfigMap", TRUSTED_KEYS_CONFIGMAP, public, namespace))
     return "---\n".join(docs)
 
 
-def _secret(name: str, data: Mapping[str, bytes], namespace: str | None) -> str:
-    lines = ["apiVersion: v1", "kind: Secret", "metadata:", f"  name: {name}"]
+def _document(kind: str, name: str, data: Mapping[str, bytes], namespace: str | None) -> str:
+    """A Secret (base64 `data`, type Opaque) or a ConfigMap (the PEM text as a block)."""
+    lines = ["apiVersion: v1", f"kind: {kind}", "metadata:", f"  name: {name}"]
     if namespace:
         lines.append(f"  namespace: {namespace}")
-    lines += ["  labels:", "    app.kubernetes.io/part-of: groundstream", "type: Opaque", "data:"]
-    lines += [f"  {k}: {base64.b64encode(v).decode()}" for k, v in sorted(data.items())]
+    lines += ["  labels:", "    app.kubernetes.io/part-of: groundstream"]
+    if kind == "Secret":
+        lines += ["type: Opaque", "data:"]
+        lines += [f"  {k}: {base64.b64encode(v).decode()}" for k, v in sorted(data.items())]
+    else:
+        lines.append("data:")
+        for k, v in sorted(data.items()):
+            lines.append(f"  {k}: |")
+            lines += [f"    {line}" for line in v.decode().splitlines()]
     return "\n".join(lines) + "\n"
 
 

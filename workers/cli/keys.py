@@ -1,4 +1,4 @@
-"""`keys generate`: an Ed25519 key pair per stage, as files or as Kubernetes Secrets."""
+"""`keys generate`: an Ed25519 key pair per stage, as files or as Kubernetes manifests."""
 
 from __future__ import annotations
 
@@ -33,10 +33,11 @@ def keys() -> None:
 @click.option(
     "--k8s",
     is_flag=True,
-    help="Kubernetes Secrets instead: groundstream-signing-<stage> (its private key as"
-    " signing.key) per stage, and groundstream-trusted-keys (every <stage>.pub).",
+    help="Kubernetes manifests instead: a Secret groundstream-signing-<stage> (its private"
+    " key as signing.key) per stage, and the ConfigMap groundstream-trusted-keys (every"
+    " <stage>.pub).",
 )
-@click.option("--namespace", default=None, help="With --k8s: the Secrets' namespace.")
+@click.option("--namespace", default=None, help="With --k8s: the manifests' namespace.")
 def generate(out: Path, stages: tuple[str, ...], k8s: bool, namespace: str | None) -> None:
     """Make a fresh key pair for each stage. Each stage's process gets its own .key
     (GROUNDSTREAM_SIGNING_KEY_FILE); the terminal writer, review and `audit verify` get
@@ -53,7 +54,7 @@ def generate(out: Path, stages: tuple[str, ...], k8s: bool, namespace: str | Non
             raise click.ClickException(f"{target} exists: not overwritten")
         target.touch(mode=0o600)
         target.write_text(k8s_manifests(pairs, namespace))
-        click.echo(f"wrote {target}: {len(pairs) + 1} Secrets")
+        click.echo(f"wrote {target}: {len(pairs)} Secrets and a ConfigMap")
         return
     for path in write_pairs(out, pairs):
         click.echo(f"wrote {path}")
