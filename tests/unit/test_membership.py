@@ -4,6 +4,9 @@ fenced). tests/integration/test_leave_group_kafka.py sends it to the real broker
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from types import SimpleNamespace
 from typing import Any
 
@@ -51,7 +54,8 @@ def test_an_answer_is_clean_only_when_the_group_and_every_member_are() -> None:
 
 
 class _Loop:
-    """What run_stage needs of a StageLoop: its run (back as after SIGTERM), names, metrics."""
+    """What run_stage needs of a StageLoop: its run (which SIGTERMs its own process, as an
+    operator would, unless it raises), names, metrics."""
 
     def __init__(self, raises: BaseException | None = None) -> None:
         self.raises = raises
@@ -63,6 +67,9 @@ class _Loop:
     async def run(self) -> None:
         if self.raises is not None:
             raise self.raises
+        os.kill(os.getpid(), signal.SIGTERM)  # the runner's handler cancels this run
+        await asyncio.sleep(30)
+        raise AssertionError("SIGTERM did not stop the run")
 
 
 @pytest.fixture

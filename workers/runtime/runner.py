@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -176,10 +177,9 @@ def run_stage(name: str, settings: Settings) -> None:
     loop = build_loop(name, settings)
     serve_metrics(loop.metrics, settings)
     clear_ready(settings, name)
+    stopped = partial(leave, loop, settings) if settings.leave_group_on_stop else None
     try:
-        asyncio.run(_until_signalled(loop.run()))
-        if settings.leave_group_on_stop:
-            leave(loop, settings)
+        asyncio.run(_until_signalled(loop.run(), stopped))
     except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
@@ -190,16 +190,14 @@ def run_stage(name: str, settings: Settings) -> None:
         clear_ready(settings, name, pid=os.getpid())
 
 
-def leave(loop: StageLoop, settings: Settings) -> None:
+async def leave(loop: StageLoop, settings: Settings) -> None:
     """Take this stopped worker's static membership out of its group, so the group hands
     its partitions to the other replicas now rather than after the session timeout (a
     scale-down's replica never comes back; a restarted one rejoins under the same id). A
     failure is logged, never raised: the partitions then move after the session timeout."""
     try:
-        asyncio.run(
-            asyncio.wait_for(
-                leave_group(settings.kafka(), loop.group_id, loop.member_id), LEAVE_TIMEOUT_S
-            )
+        await asyncio.wait_for(
+            leave_group(settings.kafka(), loop.group_id, loop.member_id), LEAVE_TIMEOUT_S
         )
     except (KafkaError, OSError, TimeoutError) as exc:
         log.warning(
@@ -214,15 +212,22 @@ def leave(loop: StageLoop, settings: Settings) -> None:
         log.info("stage %s: left group %s as %s", loop.stage.name, loop.group_id, loop.member_id)
 
 
-async def _until_signalled(work: Coroutine[Any, Any, None]) -> None:
+async def _until_signalled(
+    work: Coroutine[Any, Any, None], stopped: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Run `work`; SIGTERM or SIGINT cancels it (an open transaction is then aborted by
-    the broker or fenced by the next start, never half-committed)."""
+    the broker or fenced by the next start, never half-committed), and then `stopped` runs.
+    It runs here, in the loop, as soon as `work` has closed its clients: not after
+    `asyncio.run`, which first waits for a call in hand on a worker thread (an encoder
+    batch) to return."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    if task.cancelled() and stopped is not None:
+        await stopped()
 
 
 RECORDER = "recorder"
