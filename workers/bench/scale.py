@@ -7,6 +7,10 @@ can use one core; the same number of unique candidates goes through one, then tw
 three (each joins the group and is warmed up before the clock starts). The machine's
 cores are part of the result: replicas past the core count share cores and add little.
 
+Scale-up: while the second and the third replica start and join, rounds of one candidate
+per partition go on (each sent once the last is decided): the longest round while a
+replica joins, against the usual round before, is what its rebalance cost the group.
+
 Failover, with the rates' three replicas still running: one is killed (kill -9), then a
 second is stopped (SIGTERM) and leaves its group, as every worker does by default; then
 a replica started with GROUNDSTREAM_LEAVE_GROUP_ON_STOP=false is stopped the same way.
@@ -28,9 +32,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from topics.codec import dumps
 from topics.names import Topic
@@ -79,6 +85,69 @@ def flowing_after(
     return first
 
 
+class Probe:
+    """Rounds of one candidate per partition of `source`, and the geometry stage's decision
+    records of them on `decisions`: as written (read_uncommitted) and as `read_committed`
+    readers see them, each stamped when read here."""
+
+    def __init__(self, bootstrap: str, source: str, decisions: str, tag: str) -> None:
+        self.source, self.tag = source, tag
+        self.sent: dict[str, tuple[int, float]] = {}
+        self.client = producer(bootstrap)
+        match = decided_by("geometry")
+        self.written = Watch(bootstrap, [decisions], match, isolation="read_uncommitted")
+        self.seen = Watch(bootstrap, [decisions], match)
+        self._rounds = 0
+        self._readers: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Probe:
+        await self.client.start()
+        for watch in (self.written, self.seen):
+            await watch.__aenter__()
+            self._readers.append(asyncio.create_task(self._follow(watch)))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for reader in self._readers:
+            reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._readers)
+        for watch in (self.written, self.seen):
+            await watch.__aexit__()
+        await self.client.stop()
+
+    @staticmethod
+    async def _follow(watch: Watch) -> None:
+        while True:
+            await watch.poll(50)
+
+    async def round(self) -> set[str]:
+        """Send one fresh candidate to each partition; their ids."""
+        rows = unique_candidates(PARTITIONS, f"{self.tag}-{self._rounds}")
+        self._rounds += 1
+        acks = []
+        for partition, row in enumerate(rows):
+            self.sent[row["id"]] = (partition, time.perf_counter())
+            key = row["session_id"].encode()
+            acks.append(
+                await self.client.send(self.source, dumps(row), key=key, partition=partition)
+            )
+        await asyncio.gather(*acks)
+        return {row["id"] for row in rows}
+
+    async def decided(self, ids: set[str], timeout: float, committed: bool = True) -> float:
+        """Wait until every one of `ids` is decided; the seconds from the first's send to
+        the last's arrival. BenchError naming the partitions still waiting at `timeout`."""
+        watch = self.seen if committed else self.written
+        deadline = time.perf_counter() + timeout
+        while not ids <= watch.arrivals.keys():
+            if time.perf_counter() > deadline:
+                late = {self.sent[i][0] for i in ids - watch.arrivals.keys()}
+                raise BenchError(f"{self.tag}: partitions {sorted(late)} not decided in time")
+            await asyncio.sleep(0.02)
+        return max(watch.arrivals[i] for i in ids) - min(self.sent[i][1] for i in ids)
+
+
 async def failover(
     bootstrap: str,
     source: str,
@@ -95,58 +164,50 @@ async def failover(
     the machine); then `act()`, and at once one more candidate per partition. The seconds
     from `act()` until the last of those is decided: as written (read_uncommitted), and as
     read_committed readers see it."""
-    sent: dict[str, tuple[int, float]] = {}
-    client = producer(bootstrap)
-    await client.start()
-    count = 0
-
-    async def probe() -> set[str]:
-        nonlocal count
-        rows = unique_candidates(PARTITIONS, f"{tag}-{count}")
-        count += 1
-        acks = []
-        for partition, row in enumerate(rows):
-            sent[row["id"]] = (partition, time.perf_counter())
-            key = row["session_id"].encode()
-            acks.append(await client.send(source, dumps(row), key=key, partition=partition))
-        await asyncio.gather(*acks)
-        return {row["id"] for row in rows}
-
-    async def decided(ids: set[str], watch: Watch, what: str) -> None:
-        deadline = time.perf_counter() + timeout
-        while not ids <= watch.arrivals.keys():
-            if time.perf_counter() > deadline:
-                late = {sent[i][0] for i in ids - watch.arrivals.keys()}
-                raise BenchError(f"{tag}: partitions {sorted(late)} not decided {what}")
-            await asyncio.sleep(0.02)
-
-    written = Watch(bootstrap, [decisions], decided_by("geometry"), isolation="read_uncommitted")
-    seen = Watch(bootstrap, [decisions], decided_by("geometry"))
-    async with written, seen:
-
-        async def follow(watch: Watch) -> None:
-            while True:
-                await watch.poll(50)
-
-        readers = [asyncio.create_task(follow(w)) for w in (written, seen)]
-        try:
-            for _ in range(rounds):
-                await decided(await probe(), seen, "before the signal")
-                await asyncio.sleep(every)
-            since = time.perf_counter()
-            act()
-            marks = await probe()
-            await decided(marks, seen, f"within {timeout:g} s of the signal")
-            await decided(marks, written, f"within {timeout:g} s of the signal")
-        finally:
-            for reader in readers:
-                reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*readers)
-            await client.stop()
-    resumed = flowing_after(sent, written.arrivals, since)
-    visible = flowing_after(sent, seen.arrivals, since)
+    async with Probe(bootstrap, source, decisions, tag) as probe:
+        for _ in range(rounds):
+            await probe.decided(await probe.round(), timeout)
+            await asyncio.sleep(every)
+        since = time.perf_counter()
+        act()
+        marks = await probe.round()
+        await probe.decided(marks, timeout)
+        await probe.decided(marks, timeout, committed=False)
+    resumed = flowing_after(probe.sent, probe.written.arrivals, since)
+    visible = flowing_after(probe.sent, probe.seen.arrivals, since)
     return max(resumed.values()) - since, max(visible.values()) - since
+
+
+async def join_pause(
+    bootstrap: str,
+    source: str,
+    decisions: str,
+    start: Callable[[], None],
+    *,
+    tag: str,
+    every: float,
+    rounds: int,
+    timeout: float,
+) -> tuple[float, float]:
+    """Rounds of one candidate per partition (each sent `every` seconds after the last was
+    decided) while `start()` runs on a thread (a replica starting and joining the group),
+    and `rounds` more after it returned. A round's time is from its sends to its last
+    decision; the median of `rounds` rounds before the start, and the longest round from
+    the start on: the pause the join's rebalance cost, with the baseline to read it by."""
+    async with Probe(bootstrap, source, decisions, tag) as probe:
+        before = []
+        for _ in range(rounds):
+            before.append(await probe.decided(await probe.round(), timeout))
+            await asyncio.sleep(every)
+        joining = asyncio.create_task(asyncio.to_thread(start))
+        during: list[float] = []
+        after = 0
+        while after < rounds:
+            during.append(await probe.decided(await probe.round(), timeout))
+            after += joining.done()
+            await asyncio.sleep(every)
+        await joining  # a start that failed says so here
+    return statistics.median(before), max(during)
 
 
 def run(opts: Options) -> Result:
@@ -175,9 +236,26 @@ def run(opts: Options) -> Result:
 
         print(f"{n_cores} cores, load {os.getloadavg()[0]:.1f}", flush=True)
         rates: dict[int, float] = {}
+        pauses: dict[int, tuple[float, float]] = {}
         for k in REPLICAS:
             # Its own instance id: its own transactional id and static member.
-            b.start("geometry", f"geometry[{k}]", GROUNDSTREAM_INSTANCE_ID=str(k))
+            start = partial(b.start, "geometry", f"geometry[{k}]", GROUNDSTREAM_INSTANCE_ID=str(k))
+            if k == 1:
+                start()
+            else:  # a scale-up: how long the group stands still while the replica joins
+                pauses[k] = asyncio.run(
+                    join_pause(
+                        b.bootstrap, source, decisions, start, tag=f"join-{k}",
+                        every=opts.probe_every, rounds=opts.probe_rounds,
+                        timeout=opts.failover_timeout,
+                    )
+                )  # fmt: skip
+                usual, longest = pauses[k]
+                print(
+                    f"replica {k} joining: a round took {usual:.1f} s before, at most"
+                    f" {longest:.1f} s while it joined",
+                    flush=True,
+                )
             rate(f"scale-warm-{k}", opts.warmup)
             rates[k] = rate(f"scale-{k}", opts.n)
             print(f"{k} replica(s): {rates[k]:.1f}/s", flush=True)
@@ -206,6 +284,8 @@ def run(opts: Options) -> Result:
         rates={
             "cores": n_cores,
             **{f"{k} replica{'s' if k > 1 else ''}/s": rates[k] for k in REPLICAS},
+            **{f"join {k} round s": pauses[k][1] for k in REPLICAS[1:]},
+            "usual round s": statistics.median(p[0] for p in pauses.values()),
             "kill -9 s": killed[0],
             "kill -9 visible s": killed[1],
             "SIGTERM leaving s": left[1],
