@@ -201,7 +201,7 @@ async def leave(loop: StageLoop, settings: Settings) -> None:
         )
     except (KafkaError, OSError, TimeoutError) as exc:
         log.warning(
-            "stage %s: left without leaving group %s as %s (%r): its partitions move to"
+            "stage %s: could not leave group %s as %s (%r): its partitions move to"
             " the other replicas after the session timeout",
             loop.stage.name,
             loop.group_id,
