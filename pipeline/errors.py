@@ -39,6 +39,7 @@ GroundstreamError
  ├── ReviewerFileError (ValueError)     workers.runtime.reviewers: a reviewer tokens file unusable
  ├── Refused                             workers.web.access: a request's credential refused
  ├── AclsRefused (RuntimeError)          workers.runtime.acls: the broker refused an ACL binding
+ ├── LeaveRefused (KafkaError)          workers.runtime.membership: a LeaveGroup the coordinator refused
  ├── CompareError (ValueError)           workers.eval.quantized: an int8 comparison asked wrongly
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """

@@ -225,3 +225,33 @@ def test_every_part_of_the_stage_profile_names_a_function_that_exists():
     assert len(project) >= 4
     for path, function in project:
         assert re.search(rf"def {function}\(", (root / path).read_text()), (path, function)
+
+
+def test_a_partition_flows_again_at_its_first_decision_of_a_probe_sent_after_the_signal():
+    from workers.bench.scale import flowing_after
+
+    # Partition 0: decided before and after the signal at 10.0; partition 1 stood still
+    # until 21.5 (its probe sent at 10.2); partition 2's only decision is of an old probe.
+    sent = {"a": (0, 9.5), "b": (0, 10.1), "c": (1, 9.9), "d": (1, 10.2), "e": (2, 9.0)}
+    arrivals = {"a": 9.7, "b": 10.3, "c": 21.4, "d": 21.5, "e": 21.6, "unknown": 10.5}
+    assert flowing_after(sent, arrivals, 10.0) == {0: 10.3, 1: 21.5}
+    assert flowing_after(sent, {**arrivals, "f": 10.9}, 10.0) == {0: 10.3, 1: 21.5}
+    assert flowing_after({**sent, "f": (0, 10.6)}, {**arrivals, "f": 10.9}, 10.0)[0] == 10.3
+
+
+def test_the_scale_report_says_the_cores_the_rates_and_each_failover():
+    from workers.bench.scale import FAILOVER_GOAL_S
+
+    result = Result(
+        "scale",
+        11.2,
+        FAILOVER_GOAL_S,
+        "s",
+        lower_is_better=True,
+        rates={"cores": 2, "1 replica/s": 25.0, "kill -9 s": 11.2, "SIGTERM leaving s": 1.4},
+        also={"two over one": (1.5, 1.7)},
+    )
+    line = result.line()
+    assert line.startswith("bench scale: 11.20s (goal <= 15s, and two over one 1.50 >= 1.7")
+    assert "NOT met" in line  # the failover met, the scaling not: the run does not meet
+    assert "cores 2; 1 replica/s 25.0; kill -9 s 11.2; SIGTERM leaving s 1.4" in line

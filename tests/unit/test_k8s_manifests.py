@@ -467,3 +467,134 @@ def test_the_encoder_stages_are_sized_for_onnx_runtime_not_torch(stage: str) -> 
     readme = " ".join(page.read_text().split())
     assert "request 768 MiB, limit 1.5 GiB" in readme
     assert "load torch" not in readme
+
+
+# ------------------------------------------------- scaling on lag (KEDA component) --
+
+KEDA = K8S / "components" / "keda"
+KEDA_SASL = {"": "none", "PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256"}
+KEDA_SASL |= {"SCRAM-SHA-512": "scram_sha512", "OAUTHBEARER": "oauthbearer"}
+"""GROUNDSTREAM_KAFKA_SASL_MECHANISM as KEDA's Kafka scaler names it (`sasl`)."""
+
+
+def _keda() -> list[dict[str, Any]]:
+    return [
+        d
+        for p in sorted(KEDA.glob("*.yaml"))
+        if p.name != "kustomization.yaml"
+        for d in yaml.safe_load_all(p.read_text())
+        if d is not None
+    ]
+
+
+def _scaled(stage: str) -> dict[str, Any]:
+    """The ScaledObject whose target is `stage`'s StatefulSet."""
+    target = _worker(stage)["metadata"]["name"]
+    found = [
+        d
+        for d in _keda()
+        if d["kind"] == "ScaledObject" and d["spec"]["scaleTargetRef"]["name"] == target
+    ]
+    assert len(found) == 1, (stage, len(found))
+    return found[0]
+
+
+def _configmap() -> dict[str, str]:
+    return yaml.safe_load((K8S / "configmap.yaml").read_text())["data"]
+
+
+def test_the_keda_component_is_a_component_listing_its_files() -> None:
+    component = yaml.safe_load((KEDA / "kustomization.yaml").read_text())
+    assert component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    assert component["kind"] == "Component"
+    listed = {p.name for p in KEDA.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(component["resources"]) == listed
+    kinds = {(d["apiVersion"], d["kind"]) for d in _keda()}
+    assert kinds == {
+        ("keda.sh/v1alpha1", "ScaledObject"),
+        ("keda.sh/v1alpha1", "TriggerAuthentication"),
+    }
+
+
+def test_scaling_on_lag_is_off_in_the_default_kustomization() -> None:
+    """KEDA's CRDs are not in every cluster: `kubectl apply -k deploy/k8s` must not need them."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert not kustomization.get("components")
+    assert not any("keda" in r for r in kustomization["resources"])
+    assert "#   - components/keda" in (K8S / "kustomization.yaml").read_text()  # how to turn on
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_every_stage_scales_on_the_group_and_topic_its_worker_reads(stage: str) -> None:
+    """The group and topic are what the worker really uses: its loop's group id and its
+    stage's source topic, under configmap.yaml's topic prefix, not a copied list."""
+    from workers.runtime.ladder import row
+    from workers.runtime.loop import group_id
+
+    settings = Settings.from_env({PREFIX + "TOPIC_PREFIX": _configmap()[PREFIX + "TOPIC_PREFIX"]})
+    source = row(stage).build(settings).source
+    scaled = _scaled(stage)
+    target = scaled["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"]) == ("apps/v1", "StatefulSet")
+    main = _worker(stage)["spec"]["template"]["spec"]["containers"][0]
+    assert target["envSourceContainerName"] == main["name"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert meta["consumerGroup"] == group_id(settings.topic_prefix, stage)
+    assert meta["topic"] == settings.topic(source)
+    assert meta["offsetResetPolicy"] == "earliest"  # as the workers' consumers
+    # Kafka 4 answers no protocol version older than Kafka 2.1's.
+    assert tuple(int(x) for x in meta["version"].split(".")) >= (2, 1, 0)
+    assert int(meta["lagThreshold"]) >= 1
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_no_stage_scales_past_its_source_topics_partitions(stage: str) -> None:
+    """A replica past the partition count gets no partition: it would only cost memory."""
+    spec = _scaled(stage)["spec"]
+    partitions = int(_configmap()[PREFIX + "PARTITIONS"])
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"] <= partitions
+
+
+def test_keda_connects_with_the_stage_s_own_settings_and_secrets() -> None:
+    """Each stage's trigger authenticates as that stage: its own TriggerAuthentication reads
+    the user and the password from the stage's own Secret (the keys secret.yaml holds), the
+    bootstrap servers come from the scaled container's environment; `sasl` and `tls` match
+    configmap.yaml's security protocol and mechanism."""
+    auths = {d["metadata"]["name"]: d for d in _keda() if d["kind"] == "TriggerAuthentication"}
+    secrets = {d["metadata"]["name"]: d for d in _of_kind("Secret")}
+    config = _configmap()
+    assert len(auths) == len(STAGE_NAMES)
+    for stage in STAGE_NAMES:
+        main = _worker(stage)["spec"]["template"]["spec"]["containers"][0]
+        assert {"configMapRef": {"name": "groundstream-settings"}} in main["envFrom"]
+        (trigger,) = _scaled(stage)["spec"]["triggers"]
+        auth = auths[trigger["authenticationRef"]["name"]]
+        refs = auth["spec"]["secretTargetRef"]
+        assert {r["parameter"] for r in refs} == {"username", "password"}
+        for ref in refs:
+            assert ref["name"] == f"groundstream-{stage}"
+            assert ref["key"] in secrets[ref["name"]]["stringData"]
+        assert trigger["metadata"]["bootstrapServersFromEnv"] == PREFIX + "BOOTSTRAP_SERVERS"
+        protocol = config[PREFIX + "KAFKA_SECURITY_PROTOCOL"]
+        assert trigger["metadata"]["sasl"] == KEDA_SASL[config[PREFIX + "KAFKA_SASL_MECHANISM"]]
+        assert trigger["metadata"]["tls"] == ("enable" if "SSL" in protocol else "disable")
+
+
+def test_the_component_hands_the_stages_replica_count_to_the_autoscaler() -> None:
+    """Under an autoscaler, a `replicas:` in the manifest resets the count on each apply:
+    the component removes it from the six stages, and only from them."""
+    component = yaml.safe_load((KEDA / "kustomization.yaml").read_text())
+    (patch,) = component["patches"]
+    assert patch["target"]["kind"] == "StatefulSet"
+    selector = re.fullmatch(
+        r"app\.kubernetes\.io/component in \(([a-z,]+)\)", patch["target"]["labelSelector"]
+    )
+    assert selector is not None
+    assert set(selector.group(1).split(",")) == set(STAGE_NAMES)
+    assert yaml.safe_load(patch["patch"]) == [{"op": "remove", "path": "/spec/replicas"}]
+    for stage in STAGE_NAMES:
+        sts = _worker(stage)
+        assert sts["metadata"]["labels"]["app.kubernetes.io/component"] == stage
+        assert "replicas" in sts["spec"]  # what the patch removes exists

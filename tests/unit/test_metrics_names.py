@@ -97,6 +97,25 @@ def test_the_dashboard_uses_only_names_and_labels_the_workers_expose() -> None:
     assert families <= shown, f"not on the dashboard: {sorted(families - shown)}"
 
 
+def test_a_panel_shows_each_stage_s_consumer_lag() -> None:
+    """Which stage to scale: the panel sums the lag the workers export (each replica its own
+    partitions) by stage, and that metric carries a `stage` label."""
+    dashboard = json.loads((DEPLOY / "grafana" / "groundstream.json").read_text())
+    by_stage = [
+        p
+        for p in dashboard["panels"]
+        for t in p.get("targets", [])
+        if re.fullmatch(r"sum by \(stage\) \((groundstream_[a-z_]+)\)", t["expr"])
+    ]
+    (panel,) = by_stage
+    (target,) = panel["targets"]
+    name = METRIC.search(target["expr"]).group(1)  # type: ignore[union-attr]
+    exposed = _exposed()
+    assert name == "groundstream_consumer_lag"
+    assert "stage" in exposed[name]
+    assert "{{stage}}" in target["legendFormat"]
+
+
 def test_a_renamed_metric_would_be_caught() -> None:
     exposed = _exposed()
     assert "groundstream_decisions_total" in exposed

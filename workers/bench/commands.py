@@ -200,13 +200,27 @@ def latency(
 
 @bench.command()
 @bootstrap_option
-@click.option("--n", type=int, default=600, show_default=True, help="Candidates per side.")
+@click.option(
+    "--n",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="Candidates per replica count.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=1),
+    default=60,
+    show_default=True,
+    help="Candidates before each rate.",
+)
 @json_option
-def scale(bootstrap: str, n: int, json_path: Path | None) -> None:
-    """One vs two geometry workers, one thread each, 4 partitions (goal >= 1.7x)."""
+def scale(bootstrap: str, n: int, warmup: int, json_path: Path | None) -> None:
+    """Geometry on 1, 2 and 3 replicas (one thread each, 6 partitions), and the seconds until
+    a replica's partitions are decided again after kill -9 (goal <= 15 s) and SIGTERM."""
     from workers.bench import scale as sc
 
-    _finish(lambda: sc.run(sc.Options(bootstrap, n)), json_path)
+    _finish(lambda: sc.run(sc.Options(bootstrap, n, warmup)), json_path)
 
 
 @bench.command()

@@ -111,9 +111,17 @@ class Watch:
     when read here; `written` keeps the record's own timestamp (when its writer sent it)."""
 
     def __init__(
-        self, bootstrap: str, topics: Sequence[str], match: Callable[[bytes], Any] = candidate_id
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        match: Callable[[bytes], Any] = candidate_id,
+        *,
+        isolation: str = "read_committed",
     ) -> None:
         self.bootstrap, self.topics, self.match = bootstrap, list(topics), match
+        self.isolation = isolation
+        """read_committed: as the ladder's readers see the topics; read_uncommitted: as
+        their writers write them, before their transactions commit (or abort)."""
         self.arrivals: dict[str, float] = {}
         self.written: dict[str, float] = {}
         self.count = 0
@@ -123,7 +131,7 @@ class Watch:
             connection(self.bootstrap),
             group_id=None,
             enable_auto_commit=False,
-            isolation_level="read_committed",
+            isolation_level=self.isolation,
             fetch_max_wait_ms=20,
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
         )
@@ -159,16 +167,20 @@ class Watch:
             if time.perf_counter() > deadline:
                 missing = len(want - self.arrivals.keys()) if isinstance(want, set) else want
                 raise BenchError(f"{missing} outputs never arrived on {', '.join(self.topics)}")
-            batch = await self.consumer.getmany(timeout_ms=200)
-            now = time.perf_counter()
-            for records in batch.values():
-                for r in records:
-                    cid = self.match(r.value)
-                    if cid is not None and cid not in self.arrivals:
-                        self.arrivals[cid] = now
-                        self.written[cid] = r.timestamp / 1000
-                        self.count += 1
+            await self.poll(200)
         return self.arrivals
+
+    async def poll(self, timeout_ms: int) -> None:
+        """One fetch: stamp each matching candidate id read for the first time."""
+        batch = await self.consumer.getmany(timeout_ms=timeout_ms)
+        now = time.perf_counter()
+        for records in batch.values():
+            for r in records:
+                cid = self.match(r.value)
+                if cid is not None and cid not in self.arrivals:
+                    self.arrivals[cid] = now
+                    self.written[cid] = r.timestamp / 1000
+                    self.count += 1
 
 
 async def through(

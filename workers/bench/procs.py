@@ -237,6 +237,16 @@ class Bench:
                     proc.wait(30)
             self.procs.remove((name, proc))
 
+    def signal(self, tag: str, signum: int) -> None:
+        """Send `signum` to the running process started as `tag`, its peaks recorded first,
+        and return at once (a bench times what follows); `stop` reaps it afterwards."""
+        self.record_peaks()
+        found = [proc for name, proc in self.procs if name == tag and proc.poll() is None]
+        if not found:
+            raise BenchError(f"no running process {tag} to signal:\n{self.tail()}")
+        for proc in found:
+            proc.send_signal(signum)
+
     def tail(self, n: int = 40) -> str:
         if not self.log.exists():
             return ""

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from workers.interfaces import StageContext
 from workers.runtime.isolation import always
 from workers.runtime.ladder import STAGE_NAMES, row
 from workers.runtime.loop import Fenced, RetriesExhausted, StageLoop
+from workers.runtime.membership import leave_group
 from workers.runtime.metrics import StageMetrics, serve_metrics
 from workers.runtime.ready import announce_ready, clear_ready, not_ready
 from workers.runtime.refusals import TROUBLESHOOTING, kafka_refusal
@@ -31,6 +33,10 @@ from workers.runtime.store import ChangelogStore
 from workers.runtime.telemetry import StageTelemetry, configure
 
 log = logging.getLogger("groundstream.runner")
+
+LEAVE_TIMEOUT_S = 5.0
+"""How long a stopping worker tries to leave its group: past it, its partitions move after
+the session timeout instead, and the pod's grace period is not spent waiting."""
 
 
 class TopicsMissing(GroundstreamError, RuntimeError):
@@ -170,13 +176,16 @@ async def until_ready(
 def run_stage(name: str, settings: Settings) -> None:
     """Run stage `name`'s loop until SIGINT/SIGTERM; exit 2, committing nothing, if the
     broker stays away, or a retryable error does not clear, past the loop's patience;
-    exit 3 when a newer worker under the same instance id fenced this one (`Fenced`)."""
+    exit 3 when a newer worker under the same instance id fenced this one (`Fenced`).
+    Stopped by a signal, it leaves its group (GROUNDSTREAM_LEAVE_GROUP_ON_STOP): never after
+    `Fenced`, whose instance id now belongs to the newer worker."""
     configure(f"groundstream-{name}", settings.otlp_endpoint)
     loop = build_loop(name, settings)
     serve_metrics(loop.metrics, settings)
     clear_ready(settings, name)
+    stopped = partial(leave, loop, settings) if settings.leave_group_on_stop else None
     try:
-        asyncio.run(_until_signalled(loop.run()))
+        asyncio.run(_until_signalled(loop.run(), stopped))
     except RetriesExhausted as exc:
         log.error("%s", exc)
         raise SystemExit(EXIT_KAFKA) from None
@@ -187,15 +196,44 @@ def run_stage(name: str, settings: Settings) -> None:
         clear_ready(settings, name, pid=os.getpid())
 
 
-async def _until_signalled(work: Coroutine[Any, Any, None]) -> None:
+async def leave(loop: StageLoop, settings: Settings) -> None:
+    """Take this stopped worker's static membership out of its group, so the group hands
+    its partitions to the other replicas now rather than after the session timeout (a
+    scale-down's replica never comes back; a restarted one rejoins under the same id). A
+    failure is logged, never raised: the partitions then move after the session timeout."""
+    try:
+        await asyncio.wait_for(
+            leave_group(settings.kafka(), loop.group_id, loop.member_id), LEAVE_TIMEOUT_S
+        )
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.warning(
+            "stage %s: could not leave group %s as %s (%r): its partitions move to"
+            " the other replicas after the session timeout",
+            loop.stage.name,
+            loop.group_id,
+            loop.member_id,
+            exc,
+        )
+    else:
+        log.info("stage %s: left group %s as %s", loop.stage.name, loop.group_id, loop.member_id)
+
+
+async def _until_signalled(
+    work: Coroutine[Any, Any, None], stopped: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Run `work`; SIGTERM or SIGINT cancels it (an open transaction is then aborted by
-    the broker or fenced by the next start, never half-committed)."""
+    the broker or fenced by the next start, never half-committed), and then `stopped` runs.
+    It runs here, in the loop, as soon as `work` has closed its clients: not after
+    `asyncio.run`, which first waits for a call in hand on a worker thread (an encoder
+    batch) to return."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    if task.cancelled() and stopped is not None:
+        await stopped()
 
 
 RECORDER = "recorder"

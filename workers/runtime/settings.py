@@ -200,6 +200,7 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "encoder_backend": (_encoder_backend, f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"),
     "encoder_cache_rows": (_positive_int, "an integer >= 1"),
     "instance_id": (_instance_id, "1-100 of a-z A-Z 0-9 . _ -"),
+    "leave_group_on_stop": (_flag, "true/false, 1/0 or yes/no"),
     "on_processing_error": (ErrorAction, " or ".join(ErrorAction)),
     "reader": (_reader_dir, "a reader directory (`groundstream reader export` writes one)"),
     "nli_model": (_nli_model, "reader, a CrossEncoder directory or a pair reader's directory"),
@@ -375,6 +376,10 @@ class Settings:
     setting, not how many distinct texts it has seen."""
     instance_id: str = ""  # empty: the host name (one process per stage and host)
     """This process's transactional and static member id in its stage; unset: the host name."""
+    leave_group_on_stop: bool = True
+    """On SIGTERM or SIGINT, leave the stage's consumer group after the last batch, so its
+    partitions move to the other replicas at once; false: the group keeps them for this
+    instance id until the session timeout (10 s), for a restart that returns within it."""
     on_processing_error: ErrorAction = ErrorAction.DEADLETTER
     """A candidate's permanent error: dead-letter it, or stop the worker (`isolation`)."""
     kafka_security_protocol: str = "PLAINTEXT"
