@@ -18,7 +18,7 @@ from topics.clients import FileTokenProvider, KafkaConnection
 ROOT = Path(__file__).resolve().parents[2]
 TLS = ROOT / "tests" / "fixtures" / "tls"
 FACTORY = ROOT / "topics" / "clients.py"
-CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
+CLIENTS = {"AIOKafkaProducer", "GroupFencedProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
 CA = str(TLS / "client.crt")  # self-signed: its own CA
 
 
