@@ -22,11 +22,10 @@ Two variants, each on a fresh topic prefix:
   the partitions only once the paused member's session (10 s) has timed out. The paused
   worker is resumed HOLD_S after the replacement's first commit, long before the broker
   would abort the paused transaction (`transaction_timeout_ms`, 30 s): nothing fences
-  it, its offset commit carries no group generation (aiokafka has no KIP-447), and it
-  commits. Asserted what happens: candidates of the paused batch get a second outcome
-  (at least one, at most a batch), none is lost, and the old worker goes on running. Its
-  stale offset commit also moves the group's offsets back, so later candidates are
-  redone and recorded as superseded (counted, not asserted).
+  its producer, but its offsets carry the generation it was assigned the partitions in
+  (`topics.fencing`, KIP-447) and the group has moved on. Asserted: the broker refuses
+  the stale commit (the worker's one log line), no candidate gets a second outcome, none
+  is lost, and the resumed worker rejoins and goes on running.
 
 Timings printed (`-s`): replacement start to its first committed batch, and to the first
 new outcome a read_committed consumer sees. docs/delivery.md records a run.
@@ -183,6 +182,8 @@ class Run:
     lost: int
     superseded: int
     fenced_logged: bool
+    refused_logged: bool
+    """The old worker logged its stale commit refused by the broker."""
     old_exit: int | None
     """The paused worker's exit status at the end; None: still running."""
     wall_s: float
@@ -246,6 +247,7 @@ def run_variant(bootstrap: str, prefix: str, tmp: Path, same_identity: bool) -> 
         lost=len(figures.lost),
         superseded=figures.superseded,
         fenced_logged="fenced as " in old_log,
+        refused_logged="stale commit refused by the broker" in old_log,
         old_exit=old_exit,
         wall_s=time.monotonic() - began,
     )
@@ -259,7 +261,8 @@ def report(name: str, run: Run) -> None:
         f" read_committed after {run.visible_s:.1f}s, old worker resumed at"
         f" {run.resumed_at_s:.1f}s; {run.sent} sent, {run.duplicates} duplicated,"
         f" {run.lost} lost, {run.superseded} superseded; old worker fenced"
-        f" {run.fenced_logged}, exit status {run.old_exit}; wall {run.wall_s:.1f}s"
+        f" {run.fenced_logged}, stale commit refused {run.refused_logged},"
+        f" exit status {run.old_exit}; wall {run.wall_s:.1f}s"
     )
 
 
@@ -273,11 +276,12 @@ def test_a_paused_worker_is_fenced_by_its_replacement_under_the_same_identity(
     assert run.fenced_logged and run.old_exit == 3  # `Fenced`: gone, not fencing back
 
 
-def test_under_a_new_identity_a_resumed_worker_commits_its_stale_batch(
+def test_under_a_new_identity_a_resumed_worker_s_stale_commit_is_refused(
     kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     run = run_variant(kafka_bootstrap, topic_prefix, tmp_path, same_identity=False)
     report("new", run)
     assert run.lost == 0
-    assert 0 < run.duplicates <= BATCH  # the paused batch, delivered twice
-    assert not run.fenced_logged and run.old_exit is None  # nothing stopped it
+    assert run.duplicates == 0  # the paused batch is not delivered twice
+    assert run.refused_logged  # because the broker refused its stale offsets
+    assert not run.fenced_logged and run.old_exit is None  # it rejoined, and runs on
