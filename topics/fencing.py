@@ -24,15 +24,21 @@ What this module adds to aiokafka, as it could be offered upstream:
   a plain group id it is aiokafka's own (v0). The refusal raises `GroupFenced` from
   `send_offsets_to_transaction`; `abort_transaction` then aborts on the broker.
 
+* `stable_offsets(consumer)`: OffsetFetch v7 with require_stable, so a member that takes
+  over partitions waits while a cut-off member's transaction holds their offsets pending
+  (added, not yet committed or aborted), instead of starting from the older ones.
+
 `topics.clients.producer` makes every producer a `GroupFencedProducer`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MethodType
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+import aiokafka.errors as Errors
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import CoordinationType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
@@ -45,6 +51,7 @@ from aiokafka.producer.sender import Sender, TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
+    Boolean,
     CompactArray,
     CompactString,
     Int16,
@@ -53,9 +60,12 @@ from aiokafka.protocol.types import (
     Schema,
     TaggedFields,
 )
+from aiokafka.structs import OffsetAndMetadata
 
 TXN_OFFSET_COMMIT = 28
 """The API key of TxnOffsetCommit."""
+OFFSET_FETCH = 9
+UNKNOWN_OFFSET = -1
 FENCED_INSTANCE_ID = 82
 """Not among aiokafka 0.14's error classes."""
 REFUSALS = {
@@ -326,3 +336,132 @@ class GroupFencedProducer(AIOKafkaProducer):
         else:
             sender.groups.pop(group_id, None)
         await super().send_offsets_to_transaction(offsets, group_id)
+
+
+UNSTABLE_OFFSET_COMMIT = 88
+"""OffsetFetch's answer, with require_stable, while a transaction holds offsets pending."""
+
+
+class OffsetFetchResponse_v7(Response):
+    API_KEY = OFFSET_FETCH
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("committed_offset", Int64),
+                        ("committed_leader_epoch", Int32),
+                        ("metadata", CompactString("utf-8")),
+                        ("error_code", Int16),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("error_code", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class OffsetFetchRequest_v7(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = OFFSET_FETCH
+    API_VERSION = 7
+    RESPONSE_TYPE = OffsetFetchResponse_v7
+    SCHEMA = Schema(
+        ("group_id", CompactString("utf-8")),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                ("partition_indexes", CompactArray(Int32)),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("require_stable", Boolean),
+        ("tags", TaggedFields),
+    )
+
+
+class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):
+    """OffsetFetch v7 with require_stable (KIP-447's other half): while a transaction
+    holds offsets of the group pending, the broker answers UNSTABLE_OFFSET_COMMIT instead
+    of the last committed offset, and the consumer asks again."""
+
+    API_KEY = OFFSET_FETCH
+
+    def __init__(self, group_id: str, topics: list[tuple[str, list[int]]]) -> None:
+        self._group_id, self._topics = group_id, topics
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> OffsetFetchRequest_v7:
+        low, high = versions.get(self.API_KEY, (0, -1))
+        if not low <= OffsetFetchRequest_v7.API_VERSION <= high:
+            raise IncompatibleBrokerVersion(
+                f"the broker has no OffsetFetch v7 (its versions {low}-{high}):"
+                " stable offset fetches need Kafka 2.5 or later"
+            )
+        return self.build(OffsetFetchRequest_v7)
+
+    def build(self, request_struct_class: type[OffsetFetchRequest_v7]) -> Any:
+        topics = [(name, partitions, {}) for name, partitions in self._topics]
+        return request_struct_class(self._group_id, topics, True, {})
+
+
+class UnstableOffsetCommit(KafkaError):
+    """A transaction holds offsets of these partitions pending: ask again."""
+
+    retriable = True
+
+
+async def _fetch_stable_offsets(coordinator: Any, partitions: list[TopicPartition]) -> dict:
+    """aiokafka's `GroupCoordinator._do_fetch_commit_offsets`, by OffsetFetch v7 with
+    require_stable: an UNSTABLE_OFFSET_COMMIT is retried (`fetch_committed_offsets` waits
+    its backoff and asks again) until the pending transaction commits or aborts."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    response = await coordinator._send_req(
+        StableOffsetFetchRequest(coordinator.group_id, list(by_topic.items()))
+    )
+    codes = [response.error_code] + [
+        code for _, parts, _ in response.topics for _, _, _, _, code, _ in parts
+    ]
+    for code in codes:
+        error_type = Errors.for_code(code)
+        if code == UNSTABLE_OFFSET_COMMIT:
+            raise UnstableOffsetCommit("a transaction holds offsets of the group pending")
+        if error_type in (Errors.GroupLoadInProgressError, Errors.CoordinatorLoadInProgressError):
+            raise error_type()
+        if error_type in (Errors.NotCoordinatorForGroupError, Errors.NotCoordinatorError):
+            coordinator.coordinator_dead()
+            raise error_type()
+        if error_type is Errors.GroupAuthorizationFailedError:
+            raise error_type(coordinator.group_id)
+        if error_type not in (Errors.NoError, Errors.UnknownTopicOrPartitionError):
+            raise KafkaError(f"fetching the committed offsets: {error_type.__name__}")
+    offsets = {}
+    for topic, parts, _ in response.topics:
+        for partition, offset, _, metadata, code, _ in parts:
+            if code == 0 and offset != UNKNOWN_OFFSET:
+                offsets[TopicPartition(topic, partition)] = OffsetAndMetadata(
+                    offset, metadata or ""
+                )
+    return offsets
+
+
+def stable_offsets(consumer: AIOKafkaConsumer) -> None:
+    """Make the started `consumer` read its group's committed offsets only when no
+    transaction holds newer ones pending (call before it subscribes). Without this, a
+    member that takes over partitions while a cut-off member's transaction has added its
+    offsets but not yet ended starts from the older offsets, and both commit the batch."""
+    coordinator = consumer._coordinator
+    if coordinator is None:
+        raise ValueError("start the consumer, with a group_id, first")
+    coordinator._do_fetch_commit_offsets = MethodType(_fetch_stable_offsets, coordinator)

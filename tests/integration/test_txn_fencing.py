@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tests.integration.conftest import consume_all, create_topics
 from topics import clients
 from topics.clients import KafkaConnection
-from topics.fencing import GroupFenced, GroupFencedProducer, GroupMetadata
+from topics.fencing import GroupFenced, GroupFencedProducer, GroupMetadata, stable_offsets
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,3 +148,33 @@ async def test_an_unknown_member_and_another_s_instance_id_are_refused(setup) ->
         assert await committed(conn, group, tp) is None
     finally:
         await a.stop()
+
+
+async def test_a_member_taking_over_waits_for_offsets_a_transaction_holds_pending(setup) -> None:
+    """KIP-447's other half: a cut-off member's transaction that has added its offsets but
+    not ended (paused between the two) must not let its successor start from the older
+    offsets; with `stable_offsets` the successor's fetch waits for the transaction."""
+    conn, source, out, group, producer = setup
+    tp = TopicPartition(source, 0)
+    a = await member(conn, source, group, "a")
+    # Of the group but subscribed to nothing (no rebalance): they only fetch its offsets.
+    plain, stable = (clients.consumer(conn, group_id=group, enable_auto_commit=False) for _ in "ps")
+    await plain.start()
+    await stable.start()
+    stable_offsets(stable)
+    try:
+        await polled_until([a], lambda: bool(a.assignment()))
+        await producer.begin_transaction()
+        await producer.send_and_wait(out, b"x", partition=0)
+        await producer.send_offsets_to_transaction({tp: 5}, GroupMetadata.of(a))
+
+        assert await plain._coordinator.fetch_committed_offsets([tp]) == {}  # the old view
+        waiting = asyncio.create_task(stable._coordinator.fetch_committed_offsets([tp]))
+        await asyncio.sleep(1.0)
+        assert not waiting.done()
+        await producer.commit_transaction()
+        fetched = await asyncio.wait_for(waiting, 30)
+        assert fetched[tp].offset == 5
+    finally:
+        for consumer in (a, plain, stable):
+            await consumer.stop()

@@ -441,6 +441,9 @@ class StageLoop:
         try:
             await asyncio.wait_for(producer.start(), OP_TIMEOUT_S)
             await asyncio.wait_for(consumer.start(), OP_TIMEOUT_S)
+            # Taking over partitions, wait for a transaction of a cut-off member that holds
+            # their offsets pending to end, rather than redo its batch beside it.
+            fencing.stable_offsets(consumer)
             consumer.subscribe(sources, listener=gate)
             if self.metrics is not None and self.metrics.serving:
                 lag = asyncio.create_task(self._refresh_lag(consumer, self.metrics))
