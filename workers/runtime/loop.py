@@ -56,7 +56,10 @@ TxnOffsetCommit v3; aiokafka itself sends v0, without them), and the group coord
 refuses them once the partitions have moved on (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID).
 The worker then aborts the transaction, drops the batch and its pending state writes,
 logs one line ("stale commit refused by the broker") and rejoins the group as a new
-session. Refused with FENCED_INSTANCE_ID (a successor joined under its own instance id)
+session. A zombie paused after its offsets were accepted and before its transaction
+ended still commits on waking, and rightly: its successor's consumer fetches offsets
+with require_stable (`fencing.stable_offsets`), so it waits for that transaction and
+starts after it instead of redoing the batch. Refused with FENCED_INSTANCE_ID (a successor joined under its own instance id)
 it exits (`Fenced`), as when a successor's producer fences it. This holds whatever the
 replicas' ids (a StatefulSet's pod names or a Deployment's random ones), for batches and
 flow alike (both commit through `_commit`), and the stage's state table rides in the
