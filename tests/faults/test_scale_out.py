@@ -6,7 +6,11 @@ geometry stage and the judge (in flow: many calls open at once), at once:
 * two or three replicas start (`SCALED`), and one more joins;
 * one is paused (SIGSTOP) for PAUSE_S, past its 10 s session, so its partitions move to
   the others, and is then resumed (SIGCONT) before the broker would abort its open
-  transaction (30 s): a zombie with a batch in hand;
+  transaction (30 s): a zombie with a batch in hand. A stage by batch is paused inside a
+  transaction that has not yet added the group's offsets (the broker's
+  DescribeTransactions shows it open, without `__consumer_offsets`), so what it does on
+  waking is commit them; the judge inside any transaction, with calls open beside it,
+  whose conclusions it commits on waking;
 * one is killed with SIGKILL and not restarted (terminal, geometry), one stops cleanly
   with SIGTERM (terminal, judge): the terminal writer takes all four.
 
@@ -28,9 +32,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocol
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
 
 from tests.fakes.openai_server import serve_in_thread
 from tests.faults.chaos import (
@@ -65,6 +80,95 @@ PAUSE_S = 22.0
 """Past the consumer's 10 s session (the partitions move), short of the 30 s transaction
 timeout (the broker has not aborted the paused transaction: only the fence stops it)."""
 REFUSED = "stale commit refused by the broker"
+CATCH_S = 90.0
+"""Longest wait for a pause that lands inside a transaction."""
+FLOW = {"judge"}
+"""Stages in flow: a zombie's work in hand is its calls open, not one transaction."""
+
+
+class DescribeTransactionsResponse_v0(Response):
+    API_KEY = 65
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "transaction_states",
+            CompactArray(
+                ("error_code", Int16),
+                ("transactional_id", CompactString("utf-8")),
+                ("transaction_state", CompactString("utf-8")),
+                ("transaction_timeout_ms", Int32),
+                ("transaction_start_time_ms", Int64),
+                ("producer_id", Int64),
+                ("producer_epoch", Int16),
+                (
+                    "topics",
+                    CompactArray(
+                        ("topic", CompactString("utf-8")),
+                        ("partitions", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTransactionsRequest_v0(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 65
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeTransactionsResponse_v0
+    SCHEMA = Schema(
+        ("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields)
+    )
+
+
+class DescribeTransactions(Request[DescribeTransactionsRequest_v0]):
+    """Kafka's DescribeTransactions (aiokafka has none): a transactional id's state and
+    the topics its open transaction has added."""
+
+    API_KEY = 65
+
+    def __init__(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+
+    def build(self, request_struct_class: type[DescribeTransactionsRequest_v0]) -> Any:
+        return request_struct_class([self.transactional_id], {})
+
+
+async def pause_in_a_transaction(
+    bootstrap: str, transactional_id: str, pid: int, before_offsets: bool
+) -> int:
+    """SIGSTOP `pid` once its transaction is open (and, `before_offsets`, has not added
+    the group's offsets), and still so a moment later (on a single broker, one node
+    coordinates all); returns the tries it took."""
+    admin = clients.admin(KafkaConnection(bootstrap))
+    await admin.start()
+
+    async def caught() -> bool:
+        response = await admin._send_request(DescribeTransactions(transactional_id))
+        [(_, _, state, *_, topics, _)] = response.transaction_states
+        offsets = any(t[0] == "__consumer_offsets" for t in topics)
+        return state == "Ongoing" and not (before_offsets and offsets)
+
+    try:
+        deadline, tries = time.monotonic() + CATCH_S, 0
+        while time.monotonic() < deadline:
+            if not await caught():
+                await asyncio.sleep(0.005)
+                continue
+            tries += 1
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.3)
+            if await caught():
+                return tries
+            os.kill(pid, signal.SIGCONT)  # it went on before the signal: again
+    finally:
+        await admin.close()
+    raise AssertionError(f"{transactional_id}: no pause inside a transaction in {CATCH_S}s")
 
 
 class Stage:
@@ -162,18 +266,48 @@ def test_replicas_join_die_pause_and_stop_while_every_candidate_gets_one_outcome
             t0 = time.monotonic()
             producer = produce_paced(kafka_bootstrap, f"{topic_prefix}candidates", items, PRODUCE_S)
             for s in scaled:
-                s.add()
-            in_parallel([s.start for s in scaled])  # one more replica joins each
-            at["joined"] = time.monotonic() - t0
-            time.sleep(max(0.0, 15 - at["joined"]))
+                s.add()  # one more replica joins each, while the faults go on
+
+            failed: list[BaseException] = []
+
+            def join() -> None:
+                try:
+                    in_parallel([s.start for s in scaled])
+                except BaseException as exc:  # raised in the test's thread, below
+                    failed.append(exc)
+                at["joined"] = time.monotonic() - t0
+
+            joining = threading.Thread(target=join)
+            joining.start()
+            time.sleep(15)
             for name, n in KILLED.items():
                 stages[name].replicas[n].kill()
             at["killed"] = time.monotonic() - t0
             time.sleep(5)
-            for s in scaled:
-                os.kill(s.replicas[PAUSED].proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
-            paused = time.monotonic()
-            at["paused"] = paused - t0
+            tries: dict[str, int] = {}
+
+            def zombie(s: Stage) -> None:
+                """Pause the replica inside a transaction, for PAUSE_S, then resume it."""
+                worker = s.replicas[PAUSED]
+                pid = worker.proc.pid  # type: ignore[union-attr]
+                txn = (
+                    f"{member_prefix(topic_prefix, s.name)}{worker.env['GROUNDSTREAM_INSTANCE_ID']}"
+                )
+                try:
+                    tries[s.name] = asyncio.run(
+                        pause_in_a_transaction(kafka_bootstrap, txn, pid, s.name not in FLOW)
+                    )
+                except BaseException as exc:  # raised in the test's thread, below
+                    failed.append(exc)
+                    return
+                at[f"paused {s.name}"] = time.monotonic() - t0
+                time.sleep(PAUSE_S)
+                os.kill(pid, signal.SIGCONT)
+                at[f"resumed {s.name}"] = time.monotonic() - t0
+
+            zombies = [threading.Thread(target=zombie, args=(s,)) for s in scaled]
+            for thread in zombies:
+                thread.start()
             time.sleep(10)
             stopping = [
                 threading.Thread(target=stages[name].replicas[n].stop)
@@ -182,12 +316,10 @@ def test_replicas_join_die_pause_and_stop_while_every_candidate_gets_one_outcome
             for thread in stopping:
                 thread.start()
             at["terminated"] = time.monotonic() - t0
-            time.sleep(max(0.0, paused + PAUSE_S - time.monotonic()))
-            for s in scaled:
-                os.kill(s.replicas[PAUSED].proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
-            at["resumed"] = time.monotonic() - t0
-            for thread in stopping:
+            for thread in [*zombies, *stopping, joining]:
                 thread.join()
+            if failed:
+                raise failed[0]
             producer.join()
             at["produced"] = time.monotonic() - t0
             done = asyncio.run(wait_for_outcomes(kafka_bootstrap, topic_prefix, ids, timeout=240))
@@ -212,7 +344,7 @@ def test_replicas_join_die_pause_and_stop_while_every_candidate_gets_one_outcome
     print(
         f"\nscale-out: {figures.render()}\nworkers ready {started_s:.0f}s after the start;"
         f" faults at (s after the first candidate) { ({k: round(v) for k, v in at.items()}) };"
-        f" refused stale commits {refused}; live replicas' partitions {held};"
+        f" pauses tried {tries}; refused stale commits {refused}; live replicas' partitions {held};"
         f" longest wait between outcomes {stall:.1f}s;"
         f" wall {time.monotonic() - began:.0f}s"
     )

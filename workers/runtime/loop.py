@@ -50,20 +50,21 @@ outlived the timeout starts over.
 
 A replica cut off from its group (paused, or partitioned away, past its session timeout)
 has lost its partitions to another replica; when it wakes with a batch in hand, that
-batch must not count. Every transaction's offsets carry the group's generation, member id
-and instance id of the assignment the batch was fetched under (`topics.fencing`, KIP-447:
-TxnOffsetCommit v3; aiokafka itself sends v0, without them), and the group coordinator
-refuses them once the partitions have moved on (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID).
-The worker then aborts the transaction, drops the batch and its pending state writes,
-logs one line ("stale commit refused by the broker") and rejoins the group as a new
-session. A zombie paused after its offsets were accepted and before its transaction
-ended still commits on waking, and rightly: its successor's consumer fetches offsets
-with require_stable (`fencing.stable_offsets`), so it waits for that transaction and
-starts after it instead of redoing the batch. Refused with FENCED_INSTANCE_ID (a successor joined under its own instance id)
-it exits (`Fenced`), as when a successor's producer fences it. This holds whatever the
-replicas' ids (a StatefulSet's pod names or a Deployment's random ones), for batches and
-flow alike (both commit through `_commit`), and the stage's state table rides in the
-refused transaction. tests/integration/test_txn_fencing.py shows the broker's refusal;
+batch must not count. Every transaction's offsets carry the group's generation, member
+id and instance id of the assignment the batch was fetched under (`topics.fencing`,
+KIP-447: TxnOffsetCommit v3; aiokafka itself sends v0, without them), and the group
+coordinator refuses them once the partitions have moved on (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID). The worker then aborts the transaction, drops the batch and its
+pending state writes, logs one line ("stale commit refused by the broker") and rejoins
+the group as a new session. A zombie paused after its offsets were accepted and before
+its transaction ended still commits on waking, and rightly: its successor's consumer
+fetches offsets with require_stable (`fencing.stable_offsets`), so it waits for that
+transaction and starts after it instead of redoing the batch. Refused with
+FENCED_INSTANCE_ID (a successor joined under its own instance id) it exits (`Fenced`),
+as when a successor's producer fences it. This holds whatever the replicas' ids (a
+StatefulSet's pod names or a Deployment's random ones), for batches and flow alike (both
+commit through `_commit`), and the stage's state table rides in the refused transaction.
+tests/integration/test_txn_fencing.py shows the broker's refusal;
 tests/faults/test_paused_worker.py and tests/faults/test_scale_out.py the worker's.
 Not guaranteed: calls to model endpoints are redone when a batch is redone.
 """
