@@ -6,9 +6,9 @@ for.
 The terminal writer is the stage to pause: it writes the outcomes themselves (`state`,
 the `outcome` record on `decisions`, the `outcomes` ledger), so a stale transaction of
 its would be a duplicate outcome that no later stage can supersede. The worker is paused
-once the broker shows one of its transactions open on the ledger (last stable offset
-behind the end) and still open a second later: it has consumed a batch and written part
-of its outputs, and has not committed.
+once the broker shows its transaction open and not yet holding the group's offsets
+(DescribeTransactions), and still so a moment later: it has consumed a batch and written
+part of its outputs, and has neither sent its offsets nor committed.
 
 Two variants, each on a fresh topic prefix:
 
@@ -44,10 +44,16 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.faults.chaos import InThread, OutcomeWatch, accepted_conclusion, audit
+from tests.faults.chaos import (
+    InThread,
+    OutcomeWatch,
+    accepted_conclusion,
+    audit,
+    pause_in_a_transaction,
+)
 from tests.integration.harness import Workers, cli, worker_env
 from topics.names import Topic
-from workers.runtime.loop import group_id
+from workers.runtime.loop import group_id, member_prefix
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,10 +62,6 @@ PAD = 48 * 1024
 (hundreds of ms of sends) to be caught open."""
 BATCH = 16
 PERIOD_S = 0.3
-TRIES = 12
-"""Pauses tried before one lands inside an open transaction."""
-SETTLE_S = 1.0
-"""A transaction still open this long after the pause is not being committed."""
 TAKEOVER_S = 90.0
 HOLD_S = 3.0
 """The paused worker stays paused this long after its replacement's first commit: what
@@ -144,24 +146,17 @@ async def _committed(bootstrap: str, group: str) -> int:
     return sum(meta.offset for meta in found.values() if meta.offset >= 0)
 
 
-async def pause_inside_a_transaction(pid: int, probe: OpenTransactions) -> tuple[int, int]:
-    """SIGSTOP process `pid` until it is caught with a transaction open where `probe`
-    looks that stays open SETTLE_S; returns the tries it took and the records that
-    transaction holds there."""
+async def pause_inside_a_transaction(
+    bootstrap: str, transactional_id: str, pid: int, probe: OpenTransactions
+) -> tuple[int, int]:
+    """SIGSTOP process `pid` inside a transaction, before its offsets; returns the tries
+    it took and the records that transaction holds where `probe` looks."""
+    tries = await pause_in_a_transaction(bootstrap, transactional_id, pid, before_offsets=True)
     await probe.start()
     try:
-        for attempt in range(1, TRIES + 1):
-            deadline = time.monotonic() + 10
-            while not await probe.now():
-                assert time.monotonic() < deadline, "no transaction seen open in 10 s"
-            os.kill(pid, signal.SIGSTOP)
-            await asyncio.sleep(SETTLE_S)
-            if held := await probe.now():
-                return attempt, held
-            os.kill(pid, signal.SIGCONT)  # it had committed already: again
+        return tries, await probe.now()
     finally:
         await probe.stop()
-    raise AssertionError(f"no pause landed inside a transaction in {TRIES} tries")
 
 
 @dataclass
@@ -208,7 +203,8 @@ def run_variant(bootstrap: str, prefix: str, tmp: Path, same_identity: bool) -> 
     try:
         assert old.proc is not None
         probe = OpenTransactions(bootstrap, ledger, int(env["GROUNDSTREAM_PARTITIONS"]))
-        tries, held = asyncio.run(pause_inside_a_transaction(old.proc.pid, probe))
+        txn = f"{member_prefix(prefix, 'terminal')}groundstream-terminal-0"
+        tries, held = asyncio.run(pause_inside_a_transaction(bootstrap, txn, old.proc.pid, probe))
         feed.stop()
         before = asyncio.run(_committed(bootstrap, group))
         started = time.monotonic()

@@ -32,20 +32,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
-)
 
 from tests.fakes.openai_server import serve_in_thread
 from tests.faults.chaos import (
@@ -53,6 +42,7 @@ from tests.faults.chaos import (
     OutcomeWatch,
     audit,
     candidates,
+    pause_in_a_transaction,
     produce_paced,
     wait_for_outcomes,
 )
@@ -80,95 +70,8 @@ PAUSE_S = 22.0
 """Past the consumer's 10 s session (the partitions move), short of the 30 s transaction
 timeout (the broker has not aborted the paused transaction: only the fence stops it)."""
 REFUSED = "stale commit refused by the broker"
-CATCH_S = 90.0
-"""Longest wait for a pause that lands inside a transaction."""
 FLOW = {"judge"}
 """Stages in flow: a zombie's work in hand is its calls open, not one transaction."""
-
-
-class DescribeTransactionsResponse_v0(Response):
-    API_KEY = 65
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "transaction_states",
-            CompactArray(
-                ("error_code", Int16),
-                ("transactional_id", CompactString("utf-8")),
-                ("transaction_state", CompactString("utf-8")),
-                ("transaction_timeout_ms", Int32),
-                ("transaction_start_time_ms", Int64),
-                ("producer_id", Int64),
-                ("producer_epoch", Int16),
-                (
-                    "topics",
-                    CompactArray(
-                        ("topic", CompactString("utf-8")),
-                        ("partitions", CompactArray(Int32)),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeTransactionsRequest_v0(RequestStruct):
-    FLEXIBLE_VERSION = True
-    API_KEY = 65
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeTransactionsResponse_v0
-    SCHEMA = Schema(
-        ("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields)
-    )
-
-
-class DescribeTransactions(Request[DescribeTransactionsRequest_v0]):
-    """Kafka's DescribeTransactions (aiokafka has none): a transactional id's state and
-    the topics its open transaction has added."""
-
-    API_KEY = 65
-
-    def __init__(self, transactional_id: str) -> None:
-        self.transactional_id = transactional_id
-
-    def build(self, request_struct_class: type[DescribeTransactionsRequest_v0]) -> Any:
-        return request_struct_class([self.transactional_id], {})
-
-
-async def pause_in_a_transaction(
-    bootstrap: str, transactional_id: str, pid: int, before_offsets: bool
-) -> int:
-    """SIGSTOP `pid` once its transaction is open (and, `before_offsets`, has not added
-    the group's offsets), and still so a moment later (on a single broker, one node
-    coordinates all); returns the tries it took."""
-    admin = clients.admin(KafkaConnection(bootstrap))
-    await admin.start()
-
-    async def caught() -> bool:
-        response = await admin._send_request(DescribeTransactions(transactional_id))
-        [(_, _, state, *_, topics, _)] = response.transaction_states
-        offsets = any(t[0] == "__consumer_offsets" for t in topics)
-        return state == "Ongoing" and not (before_offsets and offsets)
-
-    try:
-        deadline, tries = time.monotonic() + CATCH_S, 0
-        while time.monotonic() < deadline:
-            if not await caught():
-                await asyncio.sleep(0.005)
-                continue
-            tries += 1
-            os.kill(pid, signal.SIGSTOP)
-            await asyncio.sleep(0.3)
-            if await caught():
-                return tries
-            os.kill(pid, signal.SIGCONT)  # it went on before the signal: again
-    finally:
-        await admin.close()
-    raise AssertionError(f"{transactional_id}: no pause inside a transaction in {CATCH_S}s")
 
 
 class Stage:
