@@ -1,6 +1,7 @@
 """What the fault tests share: cheap candidates, the ladder as one process per stage, a
-paced producer, and the audit that reads every terminal topic and `decisions` back at
-read_committed and counts what went wrong.
+paced producer, the audit that reads every terminal topic and `decisions` back at
+read_committed and counts what went wrong, and a pause (SIGSTOP) that lands inside a
+worker's open transaction (the broker's DescribeTransactions, which aiokafka lacks).
 
 Candidates are cheap on purpose: a handful of distinct question/context/response texts,
 so after the first batch every embedding comes from the encoder's cache and the 2-core CI
