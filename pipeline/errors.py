@@ -16,6 +16,8 @@ GroundstreamError
  ├── MalformedMessage (ValueError)       topics.schema: a message is unusable; it is dead-lettered
  ├── DecodeLimitError (JSONDecodeError)  topics.codec: nesting or size beyond the parse limits
  ├── BadConclusion (ValueError)          topics.conclusion: a concluded message the writer refuses
+ ├── GroupFenced (KafkaError)           topics.fencing: offsets refused, the group moved on
+ ├── UnstableOffsetCommit (KafkaError) ↻ topics.fencing: offsets pending in a transaction
  ├── TopicConfigMismatch (ValueError)    topics.admin: an existing topic's setting would lose data
  ├── KeyPasswordMissing (ValueError)     topics.security.keyfiles: an encrypted key, no password
  ├── TokenFileError (ValueError)         topics.security.tokens: no OAuth token to send yet
@@ -39,7 +41,7 @@ GroundstreamError
  ├── ReviewerFileError (ValueError)     workers.runtime.reviewers: a reviewer tokens file unusable
  ├── Refused                             workers.web.access: a request's credential refused
  ├── AclsRefused (RuntimeError)          workers.runtime.acls: the broker refused an ACL binding
- ├── LeaveRefused (KafkaError)          workers.runtime.membership: a LeaveGroup the coordinator refused
+ ├── LeaveRefused (KafkaError)          workers.runtime.membership: LeaveGroup refused
  ├── CompareError (ValueError)           workers.eval.quantized: an int8 comparison asked wrongly
  └── BenchError (RuntimeError)           workers.bench: a benchmark could not run
 """

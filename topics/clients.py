@@ -3,6 +3,8 @@ bootstrap servers and the cluster's security (TLS, SASL, an OAuth token file or 
 IAM), so no
 producer, consumer or admin client can leave the security settings behind
 (tests/unit/test_kafka_clients.py walks the source for any other construction).
+Producers are `fencing.GroupFencedProducer`s: aiokafka's, whose transactional offset
+commit can carry the group member's generation (KIP-447).
 
 `Settings.kafka()` (workers.runtime.settings) gives the connection of the
 `GROUNDSTREAM_KAFKA_*` variables, validated at start-up; a bare `KafkaConnection(servers)`
@@ -18,11 +20,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 
+from topics.fencing import GroupFencedProducer
 from topics.security import keyfiles, redaction
 from topics.security.tokens import FileTokenProvider
 
@@ -151,9 +154,11 @@ def _merged(conn: KafkaConnection, options: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, **options}
 
 
-def producer(conn: KafkaConnection, **options: Any) -> AIOKafkaProducer:
-    """An unstarted producer on `conn`; `options` are aiokafka's own (acks, ...)."""
-    return AIOKafkaProducer(**_merged(conn, options))
+def producer(conn: KafkaConnection, **options: Any) -> GroupFencedProducer:
+    """An unstarted producer on `conn`; `options` are aiokafka's own (acks, ...). A
+    transactional one commits offsets fenced by the group's generation when given the
+    consumer's `fencing.GroupMetadata`."""
+    return GroupFencedProducer(**_merged(conn, options))
 
 
 def consumer(conn: KafkaConnection, *topics: str, **options: Any) -> AIOKafkaConsumer:

@@ -1,6 +1,7 @@
 """What the fault tests share: cheap candidates, the ladder as one process per stage, a
-paced producer, and the audit that reads every terminal topic and `decisions` back at
-read_committed and counts what went wrong.
+paced producer, the audit that reads every terminal topic and `decisions` back at
+read_committed and counts what went wrong, and a pause (SIGSTOP) that lands inside a
+worker's open transaction (the broker's DescribeTransactions, which aiokafka lacks).
 
 Candidates are cheap on purpose: a handful of distinct question/context/response texts,
 so after the first batch every embedding comes from the encoder's cache and the 2-core CI
@@ -21,12 +22,25 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
 
 from pipeline.trail.records import make_record
 from tests.integration.conftest import consume_all
 from tests.integration.harness import FIXTURES, Workers, cli, local_sh, worker_env
+from topics import clients
+from topics.clients import KafkaConnection
 from topics.codec import dumps, loads
 from topics.conclusion import Conclusion
 from topics.names import TERMINAL, Topic
@@ -286,6 +300,95 @@ def accepted_conclusion(cid: str, pad: int = 0) -> Conclusion:
     )
     value = dumps({"candidate": {"id": cid} | ({"pad": "x" * pad} if pad else {})})
     return Conclusion(cid, Topic.STATE.value, f"s-{cid}".encode(), value, outcome)
+
+
+CATCH_S = 90.0
+"""Longest wait for a pause that lands inside a transaction."""
+
+
+class DescribeTransactionsResponse_v0(Response):
+    API_KEY = 65
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "transaction_states",
+            CompactArray(
+                ("error_code", Int16),
+                ("transactional_id", CompactString("utf-8")),
+                ("transaction_state", CompactString("utf-8")),
+                ("transaction_timeout_ms", Int32),
+                ("transaction_start_time_ms", Int64),
+                ("producer_id", Int64),
+                ("producer_epoch", Int16),
+                (
+                    "topics",
+                    CompactArray(
+                        ("topic", CompactString("utf-8")),
+                        ("partitions", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTransactionsRequest_v0(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 65
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeTransactionsResponse_v0
+    SCHEMA = Schema(
+        ("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields)
+    )
+
+
+class DescribeTransactions(Request[DescribeTransactionsRequest_v0]):
+    """Kafka's DescribeTransactions (aiokafka has none): a transactional id's state and
+    the topics its open transaction has added."""
+
+    API_KEY = 65
+
+    def __init__(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+
+    def build(self, request_struct_class: type[DescribeTransactionsRequest_v0]) -> Any:
+        return request_struct_class([self.transactional_id], {})
+
+
+async def pause_in_a_transaction(
+    bootstrap: str, transactional_id: str, pid: int, before_offsets: bool
+) -> int:
+    """SIGSTOP `pid` once its transaction is open (and, `before_offsets`, has not added
+    the group's offsets), and still so a moment later (on a single broker, one node
+    coordinates all); returns the tries it took."""
+    admin = clients.admin(KafkaConnection(bootstrap))
+    await admin.start()
+
+    async def caught() -> bool:
+        response = await admin._send_request(DescribeTransactions(transactional_id))
+        [(_, _, state, *_, topics, _)] = response.transaction_states
+        offsets = any(t[0] == "__consumer_offsets" for t in topics)
+        return state == "Ongoing" and not (before_offsets and offsets)
+
+    try:
+        deadline, tries = time.monotonic() + CATCH_S, 0
+        while time.monotonic() < deadline:
+            if not await caught():
+                await asyncio.sleep(0.005)
+                continue
+            tries += 1
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.3)
+            if await caught():
+                return tries
+            os.kill(pid, signal.SIGCONT)  # it went on before the signal: again
+    finally:
+        await admin.close()
+    raise AssertionError(f"{transactional_id}: no pause inside a transaction in {CATCH_S}s")
 
 
 class InThread:

@@ -6,9 +6,9 @@ for.
 The terminal writer is the stage to pause: it writes the outcomes themselves (`state`,
 the `outcome` record on `decisions`, the `outcomes` ledger), so a stale transaction of
 its would be a duplicate outcome that no later stage can supersede. The worker is paused
-once the broker shows one of its transactions open on the ledger (last stable offset
-behind the end) and still open a second later: it has consumed a batch and written part
-of its outputs, and has not committed.
+once the broker shows its transaction open and not yet holding the group's offsets
+(DescribeTransactions), and still so a moment later: it has consumed a batch and written
+part of its outputs, and has neither sent its offsets nor committed.
 
 Two variants, each on a fresh topic prefix:
 
@@ -22,11 +22,10 @@ Two variants, each on a fresh topic prefix:
   the partitions only once the paused member's session (10 s) has timed out. The paused
   worker is resumed HOLD_S after the replacement's first commit, long before the broker
   would abort the paused transaction (`transaction_timeout_ms`, 30 s): nothing fences
-  it, its offset commit carries no group generation (aiokafka has no KIP-447), and it
-  commits. Asserted what happens: candidates of the paused batch get a second outcome
-  (at least one, at most a batch), none is lost, and the old worker goes on running. Its
-  stale offset commit also moves the group's offsets back, so later candidates are
-  redone and recorded as superseded (counted, not asserted).
+  its producer, but its offsets carry the generation it was assigned the partitions in
+  (`topics.fencing`, KIP-447) and the group has moved on. Asserted: the broker refuses
+  the stale commit (the worker's one log line), no candidate gets a second outcome, none
+  is lost, and the resumed worker rejoins and goes on running.
 
 Timings printed (`-s`): replacement start to its first committed batch, and to the first
 new outcome a read_committed consumer sees. docs/delivery.md records a run.
@@ -45,10 +44,16 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.faults.chaos import InThread, OutcomeWatch, accepted_conclusion, audit
+from tests.faults.chaos import (
+    InThread,
+    OutcomeWatch,
+    accepted_conclusion,
+    audit,
+    pause_in_a_transaction,
+)
 from tests.integration.harness import Workers, cli, worker_env
 from topics.names import Topic
-from workers.runtime.loop import group_id
+from workers.runtime.loop import group_id, member_prefix
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,10 +62,6 @@ PAD = 48 * 1024
 (hundreds of ms of sends) to be caught open."""
 BATCH = 16
 PERIOD_S = 0.3
-TRIES = 12
-"""Pauses tried before one lands inside an open transaction."""
-SETTLE_S = 1.0
-"""A transaction still open this long after the pause is not being committed."""
 TAKEOVER_S = 90.0
 HOLD_S = 3.0
 """The paused worker stays paused this long after its replacement's first commit: what
@@ -145,24 +146,17 @@ async def _committed(bootstrap: str, group: str) -> int:
     return sum(meta.offset for meta in found.values() if meta.offset >= 0)
 
 
-async def pause_inside_a_transaction(pid: int, probe: OpenTransactions) -> tuple[int, int]:
-    """SIGSTOP process `pid` until it is caught with a transaction open where `probe`
-    looks that stays open SETTLE_S; returns the tries it took and the records that
-    transaction holds there."""
+async def pause_inside_a_transaction(
+    bootstrap: str, transactional_id: str, pid: int, probe: OpenTransactions
+) -> tuple[int, int]:
+    """SIGSTOP process `pid` inside a transaction, before its offsets; returns the tries
+    it took and the records that transaction holds where `probe` looks."""
+    tries = await pause_in_a_transaction(bootstrap, transactional_id, pid, before_offsets=True)
     await probe.start()
     try:
-        for attempt in range(1, TRIES + 1):
-            deadline = time.monotonic() + 10
-            while not await probe.now():
-                assert time.monotonic() < deadline, "no transaction seen open in 10 s"
-            os.kill(pid, signal.SIGSTOP)
-            await asyncio.sleep(SETTLE_S)
-            if held := await probe.now():
-                return attempt, held
-            os.kill(pid, signal.SIGCONT)  # it had committed already: again
+        return tries, await probe.now()
     finally:
         await probe.stop()
-    raise AssertionError(f"no pause landed inside a transaction in {TRIES} tries")
 
 
 @dataclass
@@ -183,6 +177,8 @@ class Run:
     lost: int
     superseded: int
     fenced_logged: bool
+    refused_logged: bool
+    """The old worker logged its stale commit refused by the broker."""
     old_exit: int | None
     """The paused worker's exit status at the end; None: still running."""
     wall_s: float
@@ -207,7 +203,8 @@ def run_variant(bootstrap: str, prefix: str, tmp: Path, same_identity: bool) -> 
     try:
         assert old.proc is not None
         probe = OpenTransactions(bootstrap, ledger, int(env["GROUNDSTREAM_PARTITIONS"]))
-        tries, held = asyncio.run(pause_inside_a_transaction(old.proc.pid, probe))
+        txn = f"{member_prefix(prefix, 'terminal')}groundstream-terminal-0"
+        tries, held = asyncio.run(pause_inside_a_transaction(bootstrap, txn, old.proc.pid, probe))
         feed.stop()
         before = asyncio.run(_committed(bootstrap, group))
         started = time.monotonic()
@@ -246,6 +243,7 @@ def run_variant(bootstrap: str, prefix: str, tmp: Path, same_identity: bool) -> 
         lost=len(figures.lost),
         superseded=figures.superseded,
         fenced_logged="fenced as " in old_log,
+        refused_logged="stale commit refused by the broker" in old_log,
         old_exit=old_exit,
         wall_s=time.monotonic() - began,
     )
@@ -259,7 +257,8 @@ def report(name: str, run: Run) -> None:
         f" read_committed after {run.visible_s:.1f}s, old worker resumed at"
         f" {run.resumed_at_s:.1f}s; {run.sent} sent, {run.duplicates} duplicated,"
         f" {run.lost} lost, {run.superseded} superseded; old worker fenced"
-        f" {run.fenced_logged}, exit status {run.old_exit}; wall {run.wall_s:.1f}s"
+        f" {run.fenced_logged}, stale commit refused {run.refused_logged},"
+        f" exit status {run.old_exit}; wall {run.wall_s:.1f}s"
     )
 
 
@@ -273,11 +272,12 @@ def test_a_paused_worker_is_fenced_by_its_replacement_under_the_same_identity(
     assert run.fenced_logged and run.old_exit == 3  # `Fenced`: gone, not fencing back
 
 
-def test_under_a_new_identity_a_resumed_worker_commits_its_stale_batch(
+def test_under_a_new_identity_a_resumed_worker_s_stale_commit_is_refused(
     kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     run = run_variant(kafka_bootstrap, topic_prefix, tmp_path, same_identity=False)
     report("new", run)
     assert run.lost == 0
-    assert 0 < run.duplicates <= BATCH  # the paused batch, delivered twice
-    assert not run.fenced_logged and run.old_exit is None  # nothing stopped it
+    assert run.duplicates == 0  # the paused batch is not delivered twice
+    assert run.refused_logged  # because the broker refused its stale offsets
+    assert not run.fenced_logged and run.old_exit is None  # it rejoined, and runs on

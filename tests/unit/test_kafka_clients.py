@@ -22,7 +22,7 @@ from workers.runtime.refusals import kafka_refusal
 ROOT = Path(__file__).resolve().parents[2]
 TLS = ROOT / "tests" / "fixtures" / "tls"
 FACTORY = ROOT / "topics" / "clients.py"
-CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
+CLIENTS = {"AIOKafkaProducer", "GroupFencedProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
 CA = str(TLS / "client.crt")  # self-signed: its own CA
 
 
@@ -259,7 +259,9 @@ def test_with_no_good_token_yet_the_error_is_one_line(tmp_path: Path, make: str)
         f"GROUNDSTREAM_KAFKA_OAUTH_TOKEN_FILE {path} is {why}: no OAuth token to send"
     )
     conn = KafkaConnection("k:9093", "SASL_SSL", "OAUTHBEARER", oauth_token_file=str(path))
-    assert kafka_refusal(caught.value, "k:9093", conn) == str(caught.value)
+    assert kafka_refusal(caught.value, "k:9093", conn) == (
+        f"{caught.value}; see docs/how-to/troubleshooting.md#our-own-credentials-could-not-be-read"
+    )
 
 
 def test_the_sasl_authenticate_bytes_never_reach_a_log(

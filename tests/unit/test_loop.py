@@ -13,6 +13,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, Produce
 from pipeline.failures import ErrorAction
 from pipeline.policy.document import load_policy
 from tests.fixtures.fakes import FakeBatch, FakeProducer
+from topics.fencing import GroupFenced, GroupMetadata
 from topics.names import Topic
 from workers.interfaces import Emit, StageContext
 from workers.runtime import loop as loop_module
@@ -21,8 +22,10 @@ from workers.runtime.loop import (
     CARRY_S,
     BrokerUnavailable,
     Fenced,
+    RebalanceGate,
     RetriesExhausted,
     StageLoop,
+    StaleBatch,
     send_batched,
 )
 from workers.runtime.runner import build_loop
@@ -151,6 +154,90 @@ class TestPatience:
         with pytest.raises(ProcessingStopped, match="enough"):
             await worker.run()
         assert len(attempts) == 5
+
+
+class TestStaleCommit:
+    """A commit the group refuses because the partitions moved on (`fencing.GroupFenced`):
+    the transaction is aborted, the batch and its state writes dropped, one line logged,
+    and the session starts over (rejoins); refused for another member under this
+    instance id, the worker exits as when its successor's producer fences it."""
+
+    GROUP = GroupMetadata("p.groundstream-terminal", 4, "m-1", "p.groundstream-terminal.t-0")
+
+    def _fenced(self, store: ChangelogStore) -> tuple[StageLoop, FakeProducer]:
+        worker = loop(store)
+        worker._gate = RebalanceGate()
+        worker._gate.group = self.GROUP
+        producer = FakeProducer()
+
+        async def refuse(offsets: dict, group: object) -> None:
+            producer.calls.append(("offsets", dict(offsets), group))
+            raise GroupFenced(self.GROUP, "ILLEGAL_GENERATION")
+
+        async def abort() -> None:
+            producer.calls.append(("abort",))
+
+        producer.send_offsets_to_transaction = refuse  # type: ignore[method-assign]
+        producer.abort_transaction = abort  # type: ignore[attr-defined]
+        return worker, producer
+
+    async def test_the_offsets_carry_the_assignment_s_generation(self) -> None:
+        worker = loop(ChangelogStore("p.outcomes"))
+        worker._gate = RebalanceGate()
+        worker._gate.group = self.GROUP
+        producer = FakeProducer()
+        await worker._commit(producer, EMITS, [Record(0, 4)])
+        assert producer.calls[-2] == ("offsets", {TopicPartition("p.concluded", 0): 5}, self.GROUP)
+
+    async def test_nothing_is_committed_before_an_assignment(self) -> None:
+        worker = loop(ChangelogStore("p.outcomes"))
+        worker._gate = RebalanceGate()
+        producer = FakeProducer()
+        with pytest.raises(StaleBatch):
+            await worker._commit(producer, EMITS, [Record(0, 4)])
+        assert not [c for c in producer.calls if c[0] in ("offsets", "commit")]
+
+    async def test_a_refused_commit_aborts_and_drops_the_state_writes(self) -> None:
+        store = ChangelogStore("p.outcomes")
+        store[b"c1"] = {"topic": "state"}
+        worker, producer = self._fenced(store)
+        with pytest.raises(GroupFenced):
+            await worker._commit(producer, EMITS, [Record(0, 4)])
+        assert [c[0] for c in producer.calls][-2:] == ["offsets", "abort"]
+        assert b"c1" not in store and store.changes() == []
+
+    async def test_a_refused_commit_logs_one_line_and_rejoins(self, monkeypatch, caplog) -> None:
+        monkeypatch.setattr(loop_module, "BACKOFF_S", (0.0,))
+        worker = loop(ChangelogStore("p.outcomes"))
+        worker.settings = Settings(topic_prefix="p.", bootstrap_servers="127.0.0.1:1")
+        sessions: list[int] = []
+
+        async def session() -> None:
+            sessions.append(1)
+            if len(sessions) == 2:
+                raise ProcessingStopped("rejoined")
+            raise GroupFenced(self.GROUP, "UNKNOWN_MEMBER_ID")
+
+        worker._session = session  # type: ignore[method-assign]
+        with (
+            caplog.at_level("WARNING", logger="groundstream.worker"),
+            pytest.raises(ProcessingStopped, match="rejoined"),
+        ):
+            await worker.run()
+        lines = [r.getMessage() for r in caplog.records if r.name == "groundstream.worker"]
+        assert len(lines) == 1 and "stale commit refused by the broker" in lines[0]
+        assert "UNKNOWN_MEMBER_ID" in lines[0]
+
+    async def test_another_member_under_this_instance_id_ends_the_worker(self, monkeypatch) -> None:
+        worker = loop(ChangelogStore("p.outcomes"))
+        worker.settings = Settings(topic_prefix="p.", bootstrap_servers="127.0.0.1:1")
+
+        async def session() -> None:
+            raise GroupFenced(self.GROUP, "FENCED_INSTANCE_ID")
+
+        worker._session = session  # type: ignore[method-assign]
+        with pytest.raises(Fenced, match="fenced as"):
+            await worker.run()
 
 
 class TestMemberId:

@@ -48,15 +48,25 @@ A worker fenced by a newer one under its instance id (`Fenced`) exits instead of
 over, which would fence its successor back; one fenced only because its own transaction
 outlived the timeout starts over.
 
-Not guaranteed by this loop alone: aiokafka's transactional offset commit carries no group
-generation (no KIP-447), so a replica cut off from the group (a zombie) whose successor
-runs under another instance id can still commit a batch the successor redoes, if it wakes
-before the broker aborts its transaction (`transaction_timeout_ms`); under the same id
-(deploy/k8s's StatefulSets: the pod's name) the successor's start fences it.
-tests/faults/test_paused_worker.py shows both.
-Calls to model endpoints are redone when a batch is redone. The terminal writer's ledger
-keeps the terminal outcome exactly-once against such a zombie of any other stage, not
-against a zombie terminal writer (its stale batch carries the outcomes themselves).
+A replica cut off from its group (paused, or partitioned away, past its session timeout)
+has lost its partitions to another replica; when it wakes with a batch in hand, that
+batch must not count. Every transaction's offsets carry the group's generation, member
+id and instance id of the assignment the batch was fetched under (`topics.fencing`,
+KIP-447: TxnOffsetCommit v3; aiokafka itself sends v0, without them), and the group
+coordinator refuses them once the partitions have moved on (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID). The worker then aborts the transaction, drops the batch and its
+pending state writes, logs one line ("stale commit refused by the broker") and rejoins
+the group as a new session. A zombie paused after its offsets were accepted and before
+its transaction ended still commits on waking, and rightly: its successor's consumer
+fetches offsets with require_stable (`fencing.stable_offsets`), so it waits for that
+transaction and starts after it instead of redoing the batch. Refused with
+FENCED_INSTANCE_ID (a successor joined under its own instance id) it exits (`Fenced`),
+as when a successor's producer fences it. This holds whatever the replicas' ids (a
+StatefulSet's pod names or a Deployment's random ones), for batches and flow alike (both
+commit through `_commit`), and the stage's state table rides in the refused transaction.
+tests/integration/test_txn_fencing.py shows the broker's refusal;
+tests/faults/test_paused_worker.py and tests/faults/test_scale_out.py the worker's.
+Not guaranteed: calls to model endpoints are redone when a batch is redone.
 """
 
 from __future__ import annotations
@@ -83,7 +93,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 
 from pipeline.errors import GroundstreamError
 from pipeline.failures import is_retryable
-from topics import clients
+from topics import clients, fencing
 from topics.codec import loads
 from topics.names import MAX_MESSAGE_BYTES, Topic
 from workers.interfaces import Emit, Inbound, Stage, StageContext
@@ -231,21 +241,29 @@ def member_prefix(prefix: str, stage: str) -> str:
 
 
 class RebalanceGate(ConsumerRebalanceListener):
-    """Keeps rebalances and batches apart.
+    """Keeps rebalances and batches apart, and knows the generation that owns the
+    partitions.
 
     A rebalance waits (in `on_partitions_revoked`) until the batch in hand is committed,
     so the offsets the group resumes from include it; a batch fetched before a rebalance
     and not yet started is refused (`revocations` changed), since its partitions resume
-    from the committed offsets. aiokafka's transactional offset commit carries no group
-    generation (no KIP-447 fencing), so this gate is what keeps a rebalance from
-    replaying a committed batch.
+    from the committed offsets. That orders a live member's rebalances; a member cut off
+    from the group (paused past its session) never sees the revocation before it
+    commits, and the broker refuses that commit instead: every batch's offsets carry
+    `group`, the generation in which the partitions were assigned (`fencing`, KIP-447).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, consumer: AIOKafkaConsumer | None = None) -> None:
         self.lock = asyncio.Lock()
         self.revocations = 0
         self.drain: Callable[[], Awaitable[None]] | None = None
         """In flow, waits until every decision in hand is concluded and committed."""
+        self.consumer = consumer
+        self.group: fencing.GroupMetadata | None = None
+        """The group member and generation the held partitions were assigned to, taken
+        when they were (not at commit time: a heartbeat that finds the member dropped
+        resets the consumer's generation to none, and the broker takes a commit without
+        a generation from anyone while the group is empty)."""
 
     async def on_partitions_revoked(self, revoked: object) -> None:
         if self.drain is not None:
@@ -254,7 +272,8 @@ class RebalanceGate(ConsumerRebalanceListener):
             self.revocations += 1
 
     async def on_partitions_assigned(self, assigned: object) -> None:
-        return None
+        if self.consumer is not None:
+            self.group = fencing.GroupMetadata.of(self.consumer)
 
 
 @dataclass
@@ -290,6 +309,8 @@ class StageLoop:
     _carried_at: float = field(default=0.0, init=False)
     _windowed: frozenset[int] = field(default=frozenset(), init=False)
     """Source partitions whose committed metadata the flow's window has read."""
+    _gate: RebalanceGate | None = field(default=None, init=False)
+    """The session's gate: the generation every commit is fenced by (`_commit`)."""
 
     @property
     def in_flight(self) -> int:
@@ -336,8 +357,13 @@ class StageLoop:
                     # Fenced within the transaction timeout: another worker runs under this
                     # id. Fenced later: the broker aborted a transaction that outlived its
                     # timeout (a stall: a coordinator lost, a paused process), and starting
-                    # over, like after any failure, redoes the batch.
-                    if isinstance(exc, ProducerFenced) and not self._outlived_timeout():
+                    # over, like after any failure, redoes the batch. The group's refusal
+                    # of a stale commit is the same: another member joined under this
+                    # instance id (exit), or the partitions moved on (rejoin).
+                    instance = isinstance(exc, fencing.GroupFenced) and exc.instance_fenced
+                    if instance or (
+                        isinstance(exc, ProducerFenced) and not self._outlived_timeout()
+                    ):
                         raise Fenced(
                             f"stage {self.stage.name}: fenced as {self.member_id}: a newer"
                             " worker runs under this instance id; exiting, nothing committed"
@@ -349,12 +375,21 @@ class StageLoop:
                         raise self._exhausted(exc, now - failing_since) from exc
                     delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                     attempt += 1
-                    log.warning(
-                        "stage %s: %r; nothing committed, starting over in %.1fs",
-                        self.stage.name,
-                        exc,
-                        delay,
-                    )
+                    if isinstance(exc, fencing.GroupFenced):
+                        log.warning(
+                            "stage %s: stale commit refused by the broker, the group's"
+                            " generation moved on (%s); batch dropped, rejoining in %.1fs",
+                            self.stage.name,
+                            exc,
+                            delay,
+                        )
+                    else:
+                        log.warning(
+                            "stage %s: %r; nothing committed, starting over in %.1fs",
+                            self.stage.name,
+                            exc,
+                            delay,
+                        )
                     await asyncio.sleep(delay)
         finally:
             await listener.stop()
@@ -405,12 +440,15 @@ class StageLoop:
             transaction_timeout_ms=int(TRANSACTION_TIMEOUT_S * 1000),
             request_timeout_ms=int(OP_TIMEOUT_S * 1000) // 2,
         )
-        gate = RebalanceGate()
+        gate = self._gate = RebalanceGate(consumer)
         carried_in = gate.revocations
         lag: asyncio.Task[None] | None = None
         try:
             await asyncio.wait_for(producer.start(), OP_TIMEOUT_S)
             await asyncio.wait_for(consumer.start(), OP_TIMEOUT_S)
+            # Taking over partitions, wait for a transaction of a cut-off member that holds
+            # their offsets pending to end, rather than redo its batch beside it.
+            fencing.stable_offsets(consumer)
             consumer.subscribe(sources, listener=gate)
             if self.metrics is not None and self.metrics.serving:
                 lag = asyncio.create_task(self._refresh_lag(consumer, self.metrics))
@@ -813,17 +851,33 @@ class StageLoop:
             futures = await send_batched(producer, messages)
             await asyncio.wait_for(asyncio.gather(*futures), OP_TIMEOUT_S)
             await asyncio.wait_for(
-                producer.send_offsets_to_transaction(offsets, self.group_id), OP_TIMEOUT_S
+                producer.send_offsets_to_transaction(offsets, self._fence()), OP_TIMEOUT_S
             )
             await asyncio.wait_for(producer.commit_transaction(), OP_TIMEOUT_S)
-        except BaseException:
+        except BaseException as exc:
             self._carried.clear()  # the session starts over from the committed offsets
             if self.store is not None:
                 self.store.rollback()
+            if isinstance(exc, fencing.GroupFenced):
+                # The partitions moved on: abort now, so read_committed consumers of what
+                # the batch wrote need not wait for this producer's next start.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.abort_transaction(), OP_TIMEOUT_S)
             raise
         self._carried.clear()
         if self.store is not None:
             self.store.commit(sent if window is not None else None)
+
+    def _fence(self) -> fencing.GroupMetadata | str:
+        """The group member and generation this session's partitions belong to: the
+        broker refuses the transaction's offsets (`fencing.GroupFenced`) once they have
+        moved to another member. (A loop driven without a session, as the unit tests
+        drive `_commit` on a fake producer, names the group alone.)"""
+        if self._gate is None:
+            return self.group_id
+        if self._gate.group is None:  # nothing assigned: nothing of ours to commit
+            raise StaleBatch("no partitions assigned to commit offsets for")
+        return self._gate.group
 
 
 Message = (
