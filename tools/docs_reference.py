@@ -526,7 +526,8 @@ def metrics_page() -> Page:
         "metrics.md",
         "Metrics",
         "Every Prometheus metric a worker serves on `/metrics` when "
-        "`GROUNDSTREAM_METRICS_PORT` is set (each stage on that port plus its ladder index).",
+        "`GROUNDSTREAM_METRICS_PORT` is set (each stage on that port plus its ladder index, "
+        "the audit recorder on the port after the last stage's).",
         (Table("Metrics", "", ("metric", "type", "labels", "meaning"), tuple(rows)),),
     )
 

@@ -297,16 +297,26 @@ def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.Com
 
 
 class Workers:
-    """`groundstream worker STAGE` in the background, ready once every app says so."""
+    """`groundstream worker STAGE` (or `groundstream COMMAND...`, e.g. `audit record`) in
+    the background, ready once every app says so."""
 
-    def __init__(self, env: dict[str, str], stage: str, log: Path, *, apps: int = 1) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        stage: str,
+        log: Path,
+        *,
+        apps: int = 1,
+        command: tuple[str, ...] = (),
+    ) -> None:
         self.env, self.stage, self.log_path, self.apps = env, stage, log, apps
+        self.command = command or ("worker", stage)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 180.0) -> Workers:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker", self.stage],
+            [sys.executable, "-m", "workers.cli", *self.command],
             env=self.env,
             cwd=REPO_ROOT,
             stdout=self._log,

@@ -1,6 +1,7 @@
 """`/metrics` of real worker processes, scraped over HTTP after candidates flowed through
 the broker: decisions by stage and action, the consumer lag per partition, and the
-geometry stage's batch, score and cache series."""
+geometry stage's batch, score and cache series; the audit recorder's emits and lag on the
+port after the last stage's."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from topics.codec import dumps
+from workers.runtime.ladder import STAGE_NAMES
+from workers.runtime.settings import Settings
 
-from .conftest import consume_all
+from .conftest import consume_all, decision_record, send_decisions
 from .harness import Workers, cli, values, worker_env
 
 N = 6
@@ -139,3 +142,38 @@ def _settled(samples: dict, stage: str) -> dict | None:
     decided = sum(series(samples, "groundstream_decisions_total", stage=stage).values())
     lag = series(samples, "groundstream_consumer_lag", stage=stage)
     return samples if decided == N and lag and not any(lag.values()) else None
+
+
+def test_the_audit_recorder_serves_its_emits_and_lag_after_the_stages_ports(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    recorder_port = len(STAGE_NAMES)  # geometry +0 … terminal +5, then the recorder
+    base = _free_base(recorder_port + 1)
+    env = worker_env(
+        kafka_bootstrap, topic_prefix, tmp_path / "data", GROUNDSTREAM_METRICS_PORT=str(base)
+    )
+    cli(env, "topics", "create")
+    settings = Settings(bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix)
+    records = [decision_record(f"r-{i}", "switch", "accept") for i in range(N)]
+    recorder = Workers(env, "recorder", tmp_path / "recorder.log", command=("audit", "record"))
+    with recorder:
+        asyncio.run(send_decisions(kafka_bootstrap, settings, *records))
+
+        def settled() -> dict | None:
+            samples = scrape(base + recorder_port)
+            emits = series(samples, "groundstream_emits_total", stage="recorder")
+            lag = series(samples, "groundstream_consumer_lag", stage="recorder")
+            done = sum(emits.values()) == 2 * N and lag and not any(lag.values())
+            return samples if done else None
+
+        samples = until(settled)
+    # One audit entry and one public projection per record, each counted by topic.
+    by_topic = {
+        dict(key[1])["topic"]: value
+        for key, value in series(samples, "groundstream_emits_total", stage="recorder").items()
+    }
+    assert by_topic == {"audit": N, "decisions.public": N}
+    lag = series(samples, "groundstream_consumer_lag", topic=f"{topic_prefix}decisions")
+    assert {dict(k[1])["partition"] for k in lag} == {"0", "1"}
+    sizes = series(samples, "groundstream_batch_size_sum", stage="recorder")
+    assert list(sizes.values()) == [N]

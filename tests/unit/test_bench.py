@@ -8,7 +8,12 @@ from pathlib import Path
 
 from pipeline.encoding.chunks import context_chunks
 from topics.codec import dumps
-from workers.bench.data import retag, shared_context_candidates, unique_candidates
+from workers.bench.data import (
+    grounded_candidates,
+    retag,
+    shared_context_candidates,
+    unique_candidates,
+)
 from workers.bench.kafka import candidate_id, decided_by
 from workers.bench.latency import encode_ms, one_per_context, percentile
 from workers.bench.procs import MIB, descendants, vm_hwm
@@ -28,6 +33,18 @@ def test_unique_candidates_never_repeat_a_text_and_are_seeded():
     assert len(set(texts(batch))) == len(texts(batch))
     assert unique_candidates(5, "t") == batch[:5]
     assert {c["id"] for c in batch} == {f"t-{i}" for i in range(300)}
+
+
+def test_grounded_candidates_are_unique_seeded_and_name_only_their_context():
+    # Built to reach state (bench latency): an answer restates its context's fact, so the
+    # rules' source support finds every name and number of it in the context.
+    batch = grounded_candidates(200, "g")
+    assert len(set(texts(batch))) == len(texts(batch))
+    assert grounded_candidates(5, "g") == batch[:5]
+    for c in batch:
+        named = {w.strip(".?,") for w in c["response"].split() if w[0].isupper() or w[0].isdigit()}
+        context = c["context"].replace(".", " ").split()
+        assert {w for w in named if w not in ("The", "It")} <= set(context), c
 
 
 def test_shared_contexts_share_exactly_as_asked():

@@ -1,5 +1,6 @@
 """`make demo` on a fresh machine says what each set-up step does before it does it, and
-installs the clone in editable mode once (issue 22, item 7).
+installs the clone in editable mode once (issue 22, item 7); `make docs-build` installs the
+docs extra only, never the test toolchain (llama.cpp builds from source for 20 minutes).
 
 `make` runs for real against stand-ins: `python3` (first on PATH) makes a fake venv whose
 `python` logs its arguments and whose `groundstream` does nothing, so nothing is installed
@@ -30,7 +31,7 @@ chmod +x "$3/bin/python" "$3/bin/groundstream"
 """
 
 
-def make_demo(tmp_path: Path, points_here: str) -> tuple[str, list[str]]:
+def make_demo(tmp_path: Path, points_here: str, target: str = "demo") -> tuple[str, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "python").write_text(FAKE_PYTHON)
@@ -45,7 +46,7 @@ def make_demo(tmp_path: Path, points_here: str) -> tuple[str, list[str]]:
         "POINTS_HERE": points_here,
     }
     done = subprocess.run(
-        ["make", "--no-print-directory", "-s", "demo", f"VENV={tmp_path / 'venv'}"],
+        ["make", "--no-print-directory", "-s", target, f"VENV={tmp_path / 'venv'}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -70,3 +71,11 @@ def test_the_clone_is_installed_editable_once(tmp_path: Path) -> None:
     _, calls = make_demo(tmp_path, points_here="0")
     editable = [c for c in calls if "pip install" in c and "-e" in c.split()]
     assert editable == ["python -m pip install --quiet -e ."]
+
+
+def test_the_docs_need_only_the_docs_extra(tmp_path: Path) -> None:
+    _, calls = make_demo(tmp_path, points_here="0", target="docs-build")
+    installs = [c for c in calls if "pip install" in c]
+    assert "python -m pip install --quiet -e .[docs]" in installs
+    assert not any("test" in c for c in installs), installs
+    assert calls[-1] == "python -m mkdocs build --strict --site-dir site"

@@ -18,7 +18,7 @@ from pipeline.policy.breaker import BreakerStatus
 from pipeline.policy.document import load_policy
 from workers.interfaces import Inbound, StageContext
 from workers.runtime.ladder import STAGE_NAMES
-from workers.runtime.metrics import StageMetrics, metrics_port
+from workers.runtime.metrics import SERVED, StageMetrics, metrics_port
 from workers.runtime.settings import Settings, SettingsError
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -136,8 +136,8 @@ def test_prometheus_scrapes_each_stage_on_its_metrics_port() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (job,) = config["scrape_configs"]
     scraped = {name: sd["port"] for sd in job["dns_sd_configs"] for name in sd["names"]}
-    assert scraped == {name: metrics_port(settings, name) for name in STAGE_NAMES}
-    for name in STAGE_NAMES:
+    assert scraped == {name: metrics_port(settings, name) for name in SERVED}
+    for name in SERVED:
         service = compose["services"][name]
         assert service["environment"]["GROUNDSTREAM_METRICS_HOST"] == "0.0.0.0"
         assert "ports" not in service  # reachable on the compose network only
@@ -150,9 +150,10 @@ def test_metrics_are_off_by_default_and_bound_to_loopback() -> None:
     assert settings.metrics_host == "127.0.0.1"
 
 
-def test_each_stage_adds_its_ladder_index_to_the_base_port() -> None:
+def test_each_stage_adds_its_ladder_index_to_the_base_port_and_the_recorder_follows() -> None:
     settings = Settings.from_env({"GROUNDSTREAM_METRICS_PORT": "9300"})
     assert [metrics_port(settings, n) for n in STAGE_NAMES] == [9300, 9301, 9302, 9303, 9304, 9305]
+    assert metrics_port(settings, "recorder") == 9306
 
 
 @pytest.mark.parametrize("raw", ["0", "70000", "nine"])

@@ -2,7 +2,9 @@
 
 Every synthetic text appears once per run unless a bench shares it on purpose (`cache`), so
 the stage's embedding cache helps exactly where a bench means it to. The facts, question
-and answer of a candidate agree, so the accept path sees accepts too.
+and answer of a candidate agree, so the accept path sees accepts too; `grounded_candidates`
+are built to be accepted: each answer restates the one fact of its context that the
+question asks for, as an assistant would, and names nothing the context does not.
 """
 
 from __future__ import annotations
@@ -108,16 +110,43 @@ def _candidate(rng: random.Random) -> tuple[str, str, str]:
     return question, context, response
 
 
-class TextSource:
-    """Seeded (question, context, response) triples whose texts never repeat in one source."""
+def _grounded(rng: random.Random) -> tuple[str, str, str]:
+    """One (question, context, response) whose answer restates the fact asked about: who
+    did it or when. (A count asked about is not: the shipped policy sends most such answers
+    to the judge.)"""
+    who, other, town = _name(rng), _name(rng), _name(rng)
+    year, count = rng.randint(1500, 2020), rng.randint(2, 900)
+    noun, noun2 = rng.sample(_NOUNS, 2)
+    adj = rng.choice(_ADJECTIVES)
+    verb, verb2 = rng.sample(_VERBS, 2)
+    job, place = rng.choice(_OCCUPATIONS), rng.choice(_PLACES)
+    thing = f"the {adj} {noun} of {town}"
+    context = (
+        f"{thing.capitalize()} was {verb} by the {job} {who} in {year}. "
+        f"The work took {count} people, and the {noun} still stands in {place}. "
+        f"Later, {other} {verb2} the {noun2} next to it."
+    )
+    if rng.random() < 0.5:
+        return (
+            f"Who {verb} {thing}?",
+            context,
+            f"{thing.capitalize()} was {verb} by the {job} {who}.",
+        )
+    return f"When was {thing} {verb}?", context, f"{thing.capitalize()} was {verb} in {year}."
 
-    def __init__(self, tag: str, seed: int = SEED) -> None:
+
+class TextSource:
+    """Seeded (question, context, response) triples whose texts never repeat in one source;
+    `grounded`: triples built to be accepted (`_grounded`)."""
+
+    def __init__(self, tag: str, seed: int = SEED, *, grounded: bool = False) -> None:
         self.rng = random.Random(f"{seed}:{tag}")
         self.seen: set[str] = set()
+        self.make = _grounded if grounded else _candidate
 
     def triple(self) -> tuple[str, str, str]:
         while True:
-            texts = _candidate(self.rng)
+            texts = self.make(self.rng)
             if len(set(texts)) == 3 and not set(texts) & self.seen:
                 self.seen.update(texts)
                 return texts
@@ -146,6 +175,13 @@ def retag(rows: Sequence[dict], n: int, tag: str) -> list[dict]:
 def unique_candidates(n: int, tag: str, seed: int = SEED) -> list[dict]:
     """`n` candidates, every question, context and response text unique."""
     source = TextSource(tag, seed)
+    return [candidate(tag, i, *source.triple()) for i in range(n)]
+
+
+def grounded_candidates(n: int, tag: str, seed: int = SEED) -> list[dict]:
+    """`n` candidates built to reach `state` (`_grounded`), every text unique; the first `k`
+    of a longer run are the same `k` candidates."""
+    source = TextSource(tag, seed, grounded=True)
     return [candidate(tag, i, *source.triple()) for i in range(n)]
 
 

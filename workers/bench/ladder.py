@@ -18,8 +18,6 @@ from workers.bench.kafka import decided_by, through
 from workers.bench.procs import bench
 from workers.bench.report import Result
 
-WARMUP = 64
-
 
 @dataclass(frozen=True)
 class Options:
@@ -27,6 +25,7 @@ class Options:
     n: int = 2000
     data: str = "auto"  # ragtruth (the shared dev split), synthetic, or auto: ragtruth if present
     timeout: float = 1800.0
+    warmup: int = 64  # candidates each side decides before it is timed
 
 
 def candidates(n: int, data: str, tag: str) -> list[dict]:
@@ -55,7 +54,7 @@ def in_process_seconds(rows: list[dict], warm: list[dict]) -> float:
 
 def run(opts: Options) -> Result:
     rows = candidates(opts.n, opts.data, "ladder")
-    verify_s = in_process_seconds(rows, candidates(WARMUP, opts.data, "ladder-warm-verify"))
+    verify_s = in_process_seconds(rows, candidates(opts.warmup, opts.data, "ladder-warm-verify"))
     print(f"verify in-process: {opts.n / verify_s:.1f}/s ({verify_s:.1f}s)", flush=True)
     with bench(opts.bootstrap) as b:
         source, decisions = b.prefix + Topic.CANDIDATES, b.prefix + Topic.DECISIONS
@@ -70,7 +69,7 @@ def run(opts: Options) -> Result:
             return s
 
         b.start("all")
-        seconds(candidates(WARMUP, opts.data, "ladder-warm"))
+        seconds(candidates(opts.warmup, opts.data, "ladder-warm"))
         kafka_s = seconds(rows)
         print(f"ladder over Kafka: {opts.n / kafka_s:.1f}/s ({kafka_s:.1f}s)", flush=True)
         b.stop()

@@ -1,9 +1,18 @@
 """`bench latency`: produce → `state` on the accept path, at a fixed offered rate.
 
-Candidates the in-process ladder sends to `state` are picked first (RAGTruth's dev split
-when present, else synthetic), one per context, then produced under fresh ids at `--rate`
-per second for `--seconds` into `worker all` (every stage its own process); each one's
-latency runs from its send to its arrival on `state` (read_committed).
+Candidates the in-process ladder sends to `state` under the active policy (the shipped one
+unless GROUNDSTREAM_POLICY names another) are picked first, one per context, then produced
+under fresh ids at `--rate` per second for `--seconds` into `worker all` (every stage its
+own process); each one's latency runs from its send to its arrival on `state`
+(read_committed).
+
+The pool (`draw`): with RAGTruth's dev split (present beside the checkout, or `--data
+ragtruth`), its candidates that reach state come first; synthetic candidates built to be
+grounded (`workers.bench.data.grounded_candidates`) fill the rest, drawn and checked
+in-process until there are enough. RAGTruth alone is not enough: the shipped policy with no
+judge sends about 6% of its right answers to state, a handful of distinct contexts, while
+its accept path is the same code for any answer that reaches it. `notes` say how many of
+each were sent.
 
 The goal is relative to the model, per candidate: its latency <= 2 x one encode of that
 candidate + 50 ms. One encode is the encoder time the geometry stage spends on that
@@ -15,14 +24,14 @@ longest window, about three times what the stage spends, since the stage encodes
 answer's short claims in a call of their own.) The figure is the p99 over candidates of
 latency / (2 x encode + 50 ms), goal <= 1; p50/p99 in milliseconds come with it, and what
 the ladder adds beyond each candidate's encode (its Kafka hops and every stage's own work).
-The pool holds few accepted candidates of distinct contexts (about 40 of RAGTruth's), and
-over fewer than 100 the p99 is the largest one: the p90 of the ratio comes with it as the
-steadier tail (`notes` give the count).
+Over fewer than 100 candidates the p99 is the largest one: the p90 of the ratio comes with
+it as the steadier tail (`notes` give the count).
 
 Every candidate sent, warm-up included, has a context and an answer no other one has: a
 text the geometry worker has embedded before comes from its cache, and the figure would
 measure the ladder without the encode the goal is measured against. When the pool holds
-fewer such candidates than the rate and duration ask for, fewer are sent (`notes`).
+fewer such candidates than the rate and duration ask for (synthetic ones run out only if
+the policy accepts almost none of them), fewer are sent (`notes`).
 """
 
 from __future__ import annotations
@@ -32,13 +41,16 @@ from dataclasses import dataclass
 
 from pipeline.encoding.chunks import context_chunks
 from topics.names import Topic
-from workers.bench.data import retag
+from workers.bench.data import grounded_candidates, retag
 from workers.bench.kafka import through
 from workers.bench.ladder import candidates, source_name
 from workers.bench.procs import BenchError, bench
 from workers.bench.report import Result
 
 POOL = 800
+"""RAGTruth rows the in-process ladder decides to find those that reach state."""
+DRAWS = 4
+"""Rounds of synthetic grounded candidates drawn, each twice what is still missing."""
 WARMUP = 5
 SLACK_MS = 50.0
 
@@ -60,6 +72,12 @@ def accepted(pool: list[dict]) -> list[dict]:
     settings = Settings.from_env()
     outcomes = run_lines(pool, settings, settings.load_policy(), progress=False).outcomes()
     return [c for c in pool if outcomes.get(c["id"], {}).get("write_to_state")]
+
+
+def policy_version() -> str:
+    from workers.runtime.settings import Settings
+
+    return Settings.from_env().load_policy().version
 
 
 def encode_ms(rows: list[dict]) -> dict[str, float]:
@@ -110,16 +128,40 @@ def one_per_context(rows: list[dict]) -> list[dict]:
     return out
 
 
+def draw(data: str, wanted: int) -> tuple[list[dict], dict[str, int]]:
+    """Up to `wanted` candidates of distinct contexts that reach state in-process, and how
+    many came from each source (module docstring)."""
+    pool: list[dict] = []
+    counts: dict[str, int] = {}
+    if source_name(data) != "synthetic":
+        pool = one_per_context(accepted(candidates(POOL, data, "latency-pool")))[:wanted]
+        counts[source_name(data)] = len(pool)
+    drawn = 0
+    for _ in range(DRAWS):
+        missing = wanted - len(pool)
+        if missing <= 0:
+            break
+        fresh = grounded_candidates(drawn + 2 * missing, "latency-grounded")[drawn:]
+        drawn += len(fresh)
+        pool = one_per_context(pool + accepted(fresh))[:wanted]
+    if drawn:
+        counts["synthetic grounded"] = len(pool) - counts.get(source_name(data), 0)
+    return pool, counts
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run(opts: Options) -> Result:
-    pool = one_per_context(accepted(candidates(POOL, opts.data, "latency-pool")))
-    if len(pool) <= WARMUP:
-        raise BenchError(f"{len(pool)} candidates of distinct contexts reach state in-process")
     wanted = int(opts.rate * opts.seconds)
+    pool, drawn = draw(opts.data, WARMUP + wanted)
+    if len(pool) <= WARMUP:
+        raise BenchError(
+            f"{len(pool)} candidates of distinct contexts reach state in-process: the policy"
+            f" accepts too few without a judge to measure the accept path ({drawn})"
+        )
     total = min(wanted, len(pool) - WARMUP)
     warm, rows = retag(pool[:WARMUP], WARMUP, "warm"), retag(pool[WARMUP:], total, "lat")
     encode = encode_ms(rows)
@@ -157,7 +199,8 @@ def run(opts: Options) -> Result:
             "rate": opts.rate,
             "candidates": total,
             "asked": wanted,
-            "data": source_name(opts.data),
+            "data": ", ".join(f"{name} {n}" for name, n in drawn.items()),
+            "policy": policy_version(),
         },
         peaks=peaks,
     )

@@ -42,7 +42,8 @@ class Options:
 @cache
 def scored_envelopes(n: int) -> list[tuple[bytes, bytes]]:
     """`n` (key, value) scored envelopes, as the geometry stage writes them (once per
-    process: `--tls` runs the bench four times on the same envelopes)."""
+    process: `--tls` runs the bench four times on the same envelopes); at most `POOL`
+    candidates are scored, and no more than `n`."""
     from workers.interfaces import Emit
     from workers.runtime.embedded import EmbeddedBus
     from workers.runtime.settings import Settings
@@ -52,7 +53,7 @@ def scored_envelopes(n: int) -> list[tuple[bytes, bytes]]:
     settings = Settings.from_env({})
     ctx = make_context(settings, settings.load_policy())
     bus = EmbeddedBus([GeometryStage()], ctx)
-    for c in unique_candidates(POOL, "switch-pool"):
+    for c in unique_candidates(min(n, POOL), "switch-pool"):
         bus.publish(Emit(Topic.CANDIDATES, c["session_id"].encode(), dumps(c)))
     asyncio.run(bus.drain())
     pool = [loads(item.value) for item in bus.queues[Topic.SCORED]]

@@ -2,8 +2,9 @@
 
 Opt-in: with GROUNDSTREAM_METRICS_PORT unset nothing listens. When set, each stage serves
 on that base port plus its index in the ladder (geometry +0, switch +1, consistency +2,
-judge +3, rules +4), so `worker all` on one host and one container per stage expose the
-same, predictable addresses; the bind address is GROUNDSTREAM_METRICS_HOST (127.0.0.1).
+judge +3, rules +4, terminal +5) and the audit recorder after them (+6), so `worker all` on
+one host and one container per worker expose the same, predictable addresses; the bind
+address is GROUNDSTREAM_METRICS_HOST (127.0.0.1).
 Every worker has its own `CollectorRegistry`, so a test process can hold several.
 
 Names are `groundstream_*`; tests/unit/test_metrics_names.py checks the Grafana dashboard
@@ -23,6 +24,7 @@ from workers.interfaces import Inbound, StageContext
 from workers.runtime.ladder import STAGE_NAMES
 from workers.runtime.settings import PREFIX, Settings, SettingsError
 from workers.stages.judge_ledger import JudgeBook
+from workers.stages.recorder import RecorderStage
 
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0)
 """Covers P(grounded) and judge p_yes (0–1), DGI (≤ 1) and SGI (up to ~5, strong cut ~4)."""
@@ -30,6 +32,10 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 WAIT_BUCKETS = (*SECONDS_BUCKETS, 60.0, 120.0, 300.0)
 """A candidate can wait minutes behind a slow batch: the tail must show it."""
+
+SERVED = (*STAGE_NAMES, RecorderStage.name)
+"""Every worker that serves `/metrics`, in port order: the ladder's stages, then the audit
+recorder (not a stage of the ladder, but a worker an operator watches like one)."""
 
 LAG_INTERVAL = 1.0
 """Seconds between refreshes of the lag gauge."""
@@ -39,15 +45,16 @@ OTHER_TENANT = "(other)"
 
 
 def metrics_port(settings: Settings, stage: str) -> int | None:
-    """This stage's port: the base port plus its ladder index; None when metrics are off."""
+    """This worker's port: the base port plus its index in `SERVED`; None when metrics are
+    off."""
     if not settings.metrics_port:
         return None
-    port = settings.metrics_port + STAGE_NAMES.index(stage)
+    port = settings.metrics_port + SERVED.index(stage)
     if port > 65535:
         raise SettingsError(
             PREFIX + "METRICS_PORT",
             str(settings.metrics_port),
-            f"a port at most {65535 - len(STAGE_NAMES) + 1} (one port per stage above it)",
+            f"a port at most {65535 - len(SERVED) + 1} (one port per worker above it)",
         )
     return port
 

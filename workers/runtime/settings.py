@@ -365,7 +365,8 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     """The bind address of each worker's Prometheus /metrics."""
     metrics_port: int = 0  # 0: no /metrics endpoint (the variable is unset)
-    """Each worker's /metrics: this port plus its stage's ladder index; unset: off."""
+    """Each worker's /metrics: this port plus its stage's ladder index (the audit recorder:
+    after the last stage); unset: off."""
     control_poll: float = 0.5
     """Seconds between a worker's reads of the control topic (the kill switch)."""
     encoder_backend: str = "torch"
