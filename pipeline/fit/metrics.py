@@ -4,8 +4,8 @@ Calibration (`pipeline.fit.calibrate`) and evaluation reports (`workers.eval.rep
 well a score (SGI, DGI, a grounding probability) tells grounded answers from ungrounded
 ones. Every function here takes plain arrays: ``scores`` (higher means more grounded)
 and ``labels`` (``True`` = grounded = the positive class). The textbook statistics are
-scikit-learn's (`roc_auc_score`, `roc_curve`); what is here is the project's conventions
-around them and the cut searches built on them. No I/O.
+scikit-learn's (`roc_auc_score`, `roc_curve`, `calibration_curve`); what is here is the
+project's conventions around them and the cut searches built on them. No I/O.
 
 Conventions shared by every function:
 
