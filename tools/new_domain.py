@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.fit.claim_sets import CLAIM_SETS, SUPPORTED_LABELS, UNSUPPORTED_LABELS
+from pipeline.fit.folds import group_folds
 from pipeline.fit.grounding_model import (
     accepted_by,
     bound_broken,
@@ -193,7 +194,7 @@ def main() -> None:
         )
     )
     # 2. fitted domains, cross-validated: every fold refits the model, cuts and test
-    fold = np.array([_hash(k) % FOLDS for k in calibration["key"]])
+    fold = group_folds(calibration["key"], FOLDS)
     plain = np.zeros(len(fold), dtype=bool)
     guarded = np.zeros(len(fold), dtype=bool)
     for k in range(FOLDS):

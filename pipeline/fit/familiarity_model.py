@@ -3,10 +3,10 @@ calibration data's familiarity vectors and the cut within which a share of that 
 
 The share is held twice, and the cut is the lowest that holds both:
 
-* *out of fold*: the rows are split into folds by a hash of their context (rows that share
-  a source share a fold, as in `pipeline.fit.grounding_model`), each fold's distances are taken
-  under a test fitted on the other folds, and `share` of those distances lie within the
-  cut: new data of the same kind is familiar;
+* *out of fold*: the rows are split into folds by their context (rows that share a source
+  share a fold: `pipeline.fit.folds`, as in `pipeline.fit.grounding_model`), each fold's
+  distances are taken under a test fitted on the other folds, and `share` of those
+  distances lie within the cut: new data of the same kind is familiar;
 * *in sample*: `share` of the rows' distances under the final test (fitted on every row,
   the one the policy stores) lie within it, so the stage, which computes exactly the
   vector the fit saw, counts the calibration data itself familiar.
@@ -19,18 +19,18 @@ out-of-fold 97% cut (1.54) held only 77% of the rows in sample (61% of RAGTruth'
 on the 20 rows of the round-trip fixture 4 of its 10 right answers fell outside it at run
 time (issue 34). The cut is placed in a gap of the fitted distances (out of fold and in
 sample) at least 2 * SCORE_EPSILON wide, so no fitted row lies within float noise of it.
-Deterministic: an SVD of the centred rows, folds by hash.
+Deterministic: an SVD of the centred rows, folds by a fixed seed.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import ScoringError
+from pipeline.fit.folds import group_folds
 from pipeline.fit.metrics import cut_below, separable
 from pipeline.guards.familiarity import DIMENSIONS, FAMILIAR_SHARE, Familiarity, as_float32, rounded
 
@@ -38,10 +38,6 @@ __all__ = ["fit_familiarity", "out_of_fold_distances"]
 
 ROWS_PER_COMPONENT = 5
 """Rows of the smallest fold's complement per principal component kept."""
-
-
-def _fold_of(key: str, folds: int) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % folds
 
 
 def _fit_test(x: np.ndarray, dimensions: int, cut: float = 1.0) -> Familiarity:
@@ -74,7 +70,7 @@ def out_of_fold_distances(
 ) -> np.ndarray:
     """Each row's distance under a test fitted on the other folds (NaN where its fold's
     complement is too small to fit)."""
-    fold = np.array([_fold_of(c, folds) for c in contexts])
+    fold = group_folds(contexts, folds)
     out = np.full(len(x), np.nan)
     for k in range(folds):
         test, train = fold == k, fold != k
@@ -127,7 +123,7 @@ def fit_familiarity(
     # Few rows (a first handful of reviewed answers): fewer components, at least
     # `ROWS_PER_COMPONENT` rows each in every fold's complement, so no component is
     # fitted to a few rows' noise.
-    fold = np.array([_fold_of(c, folds) for c in contexts])
+    fold = group_folds(contexts, folds)
     smallest = min(int((fold != k).sum()) for k in np.unique(fold)) if len(x) else 0
     dimensions = min(dimensions, x.shape[1], smallest // ROWS_PER_COMPONENT)
     if dimensions < 1:

@@ -2,36 +2,52 @@
 
 `groundstream calibrate` fits the model on labelled feature rows and writes it, with its
 accept / review cuts and in-sample and cross-validated figures, into a policy file; the
-runtime (`pipeline.scores.grounding`) only applies the fitted model. Deterministic: Newton's
-method from zero, folds chosen by a hash of the context.
+runtime (`pipeline.scores.grounding`) only applies the fitted model. The estimator and the
+folds are scikit-learn's (`LogisticRegression`, `GroupKFold` via `pipeline.fit.folds`);
+deterministic: Newton's method, folds by a fixed seed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import sklearn
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.class_weight import compute_sample_weight
 
 from pipeline.errors import ScoringError
 from pipeline.fit.calibrate import check_accept_error, strong_pass_cut
 from pipeline.fit.familiarity_model import fit_familiarity
+from pipeline.fit.folds import FOLD_SEED, group_folds
 from pipeline.fit.metrics import auroc, wilson_interval, youden_threshold
 from pipeline.guards.domain import Domain
 from pipeline.guards.familiarity import FAMILIAR_SHARE
 from pipeline.scores.grounding import FEATURES, LONG_FORM, GroundingModel
 
+L2 = 1.0
+"""The L2 penalty on the standardised coefficients (scikit-learn's ``C = 1 / L2``), the
+intercept unpenalised: what `fit_grounding` uses unless told otherwise, and what a policy's
+calibration provenance records (`fit_settings`)."""
+
+SOLVER = "newton-cholesky"
+"""scikit-learn's solver: Newton's method, exact for a few dozen features, deterministic."""
+
+TOLERANCE = 1e-8
+"""The solver's stopping tolerance: tight, so a refit on the same rows gives the same
+coefficients to far below the digits a cut is placed by."""
+
 
 def fit_logistic(
-    rows: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None, l2: float = 1.0
+    rows: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None, l2: float = L2
 ) -> tuple[np.ndarray, float]:
-    """L2-regularised logistic regression by Newton's method (IRLS); deterministic.
-
-    Features are standardised internally so one `l2` suits them all; the returned
-    coefficients apply to the raw features.
-    """
+    """L2-regularised logistic regression (`sklearn.linear_model.LogisticRegression`) on the
+    features standardised (`StandardScaler`, weighted like the rows) so one `l2` suits them
+    all; returns (coefficients, intercept) for the raw features, as the runtime applies them
+    (`pipeline.scores.grounding.GroundingModel`)."""
     x = np.asarray(rows, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
@@ -41,24 +57,33 @@ def fit_logistic(
     if y.min() == y.max():
         raise ScoringError("fit_logistic needs both grounded and ungrounded examples")
     w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
-    mean = np.average(x, axis=0, weights=w)
-    std = np.sqrt(np.average((x - mean) ** 2, axis=0, weights=w))
-    std = np.where(std < 1e-12, 1.0, std)
-    z = np.column_stack([np.ones(len(x)), (x - mean) / std])
-    beta = np.zeros(z.shape[1])
-    penalty = np.full(z.shape[1], l2)
-    penalty[0] = 0.0  # the intercept is not shrunk
-    for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ beta, -50, 50)))
-        gradient = z.T @ (w * (y - p)) - penalty * beta
-        hessian = (z * (w * p * (1 - p))[:, None]).T @ z + np.diag(penalty)
-        step = np.linalg.solve(hessian, gradient)
-        beta += step
-        if np.max(np.abs(step)) < 1e-10:
-            break
-    coefficients = beta[1:] / std
-    intercept = float(beta[0] - np.sum(beta[1:] * mean / std))
+    scaler = StandardScaler().fit(x, sample_weight=w)
+    model = LogisticRegression(C=_inverse(l2), solver=SOLVER, tol=TOLERANCE, max_iter=100)
+    model.fit(scaler.transform(x), y, sample_weight=w)
+    coefficients = model.coef_[0] / scaler.scale_
+    intercept = float(model.intercept_[0] - np.sum(coefficients * scaler.mean_))
     return coefficients, intercept
+
+
+def _inverse(l2: float) -> float:
+    """scikit-learn's C for an L2 penalty: inf (no penalty) for 0."""
+    return math.inf if l2 == 0 else 1.0 / l2
+
+
+def fit_settings(l2: float = L2, folds: int = 5) -> dict[str, object]:
+    """How the grounding model was fitted, as a policy's calibration provenance records it:
+    the estimator and its regularisation, the weights and the cross-validation split."""
+    return {
+        "estimator": "sklearn.linear_model.LogisticRegression",
+        "scikit_learn": sklearn.__version__,
+        "solver": SOLVER,
+        "l2": l2,
+        "C": _inverse(l2),
+        "standardised": True,
+        "sample_weight": "balanced by data file",
+        "cv": f"sklearn.model_selection.GroupKFold by context, shuffled (seed {FOLD_SEED})",
+        "cv_folds": folds,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +178,8 @@ def accepted_by(p: np.ndarray, long: np.ndarray, cuts: tuple[Cuts, Cuts]) -> np.
 
 def _balanced_weights(groups: np.ndarray) -> np.ndarray:
     """Each group (one data file) gets the same total weight, so a large set cannot drown a
-    small one."""
-    names, index, sizes = np.unique(groups, return_inverse=True, return_counts=True)
-    return len(groups) / (len(names) * sizes[index])
+    small one: scikit-learn's "balanced" weights, over the data files."""
+    return compute_sample_weight("balanced", np.asarray(groups))
 
 
 def _probability(x: np.ndarray, coefficients: np.ndarray, intercept: float) -> np.ndarray:
@@ -207,10 +231,6 @@ def _fit_with_cuts(
     return coefficients, intercept, p, cuts
 
 
-def _fold_of(key: str, folds: int) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % folds
-
-
 def _accept_figures(accepted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(share of grounded examples accepted, share of accepted examples that are ungrounded)."""
     rate = float(accepted[y].mean()) if y.any() else 0.0
@@ -230,7 +250,7 @@ def fold_probabilities(
     """(train mask, test mask, P of the train rows, P of the test rows) for each fold, the
     model refitted on the train rows. Rows that share a context share a fold; a fold with
     nothing to test, or whose train rows hold one label only, is skipped."""
-    fold = np.array([_fold_of(c, folds) for c in contexts])
+    fold = group_folds(contexts, folds)
     for k in range(folds):
         test, train = fold == k, fold != k
         if not test.any() or len(np.unique(y[train])) < 2:
@@ -294,7 +314,7 @@ def fit_grounding(
     folds: int = 5,
     max_accept_error: float = 0.05,
     max_accept_error_long: float | None = None,
-    l2: float = 1.0,
+    l2: float = L2,
     shapes: Sequence[Mapping[str, float]] | None = None,
     tasks: Sequence[str | None] | None = None,
     vectors: np.ndarray | None = None,

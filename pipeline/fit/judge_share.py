@@ -49,7 +49,13 @@ import numpy as np
 
 from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding_model import REGIME_MIN, fold_probabilities, long_rows, probabilities
+from pipeline.fit.grounding_model import (
+    L2,
+    REGIME_MIN,
+    fold_probabilities,
+    long_rows,
+    probabilities,
+)
 from pipeline.fit.metrics import cut_below, separable, wilson_interval
 from pipeline.scores.grounding import GroundingModel
 
@@ -66,7 +72,6 @@ __all__ = [
     "figures",
     "fit_bands",
     "fit_judge_share",
-    "wilson_upper",
 ]
 
 FRONTIER_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -271,13 +276,6 @@ def _positions(distinct: np.ndarray) -> np.ndarray:
     return np.r_[allowed, distinct.size]
 
 
-def wilson_upper(wrong: np.ndarray, n: np.ndarray, z: float) -> np.ndarray:
-    """The Wilson score interval's upper end for `wrong` of `n` (expected counts may be
-    fractional); 0 where n is 0 (an empty state is not wrong)."""
-    _, high = wilson_interval(wrong, n, z)
-    return np.where(np.asarray(n) > 0, high, 0.0)
-
-
 def fit_bands(
     p: np.ndarray,
     y: np.ndarray,
@@ -309,7 +307,11 @@ def fit_bands(
     right = right_above[i] + accuracy * (right_above[j] - right_above[i])
     wrong = wrong_above[i] + (1.0 - accuracy) * (wrong_above[j] - wrong_above[i])
     asked = above[j] - above[i]
-    meets = wilson_upper(wrong, right + wrong, z) <= max_error + _TOLERANCE
+    # State's wrong share at its Wilson upper bound; an empty state (nothing in it) is not
+    # wrong, which the interval, undefined there, leaves to this call to say.
+    in_state = right + wrong
+    upper = np.where(in_state > 0, wilson_interval(wrong, in_state, z)[1], 0.0)
+    meets = upper <= max_error + _TOLERANCE
     # Best first: most right, fewest wrong, fewest asked, highest accept cut.
     rank = np.lexsort((-i, asked, wrong, -right))
     out = {}
@@ -454,7 +456,7 @@ def fit_judge_share(
     max_error_long: float | None = None,
     contexts: Sequence[str] | None = None,
     folds: int = 5,
-    l2: float = 1.0,
+    l2: float = L2,
     z: float = BOUND_Z,
 ) -> JudgeShareFit:
     """The bands of `model`'s P(grounded) on feature rows `x` (in `FEATURES` order) for

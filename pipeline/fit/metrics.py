@@ -3,14 +3,16 @@
 Calibration (`pipeline.fit.calibrate`) and evaluation reports (`workers.eval.report`) measure how
 well a score (SGI, DGI, a grounding probability) tells grounded answers from ungrounded
 ones. Every function here takes plain arrays: ``scores`` (higher means more grounded)
-and ``labels`` (``True`` = grounded = the positive class). Pure numpy; no I/O.
+and ``labels`` (``True`` = grounded = the positive class). The textbook statistics are
+scikit-learn's (`roc_auc_score`, `roc_curve`, `calibration_curve`); what is here is the
+project's conventions around them and the cut searches built on them. No I/O.
 
 Conventions shared by every function:
 
 * A NaN score (or NaN length or probability) drops that example; it is neither a hit
   nor a miss.
-* Ties count half: AUROC is the Mann–Whitney U statistic over midranks, so a tied
-  grounded/ungrounded pair contributes 0.5.
+* Ties count half: a tied grounded/ungrounded pair contributes 0.5 to AUROC (the
+  Mann–Whitney U statistic, which `roc_auc_score`'s trapezoids equal).
 * A cut ``c`` predicts *grounded* for ``score >= c``, as the switch accepts at
   ``score >= threshold``.
 
@@ -24,6 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sk_roc_curve
 
 from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import ScoringError
@@ -76,46 +81,22 @@ def _require_two_classes(y: np.ndarray, what: str) -> tuple[int, int]:
     return n_pos, n_neg
 
 
-def _midranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of ``values``; tied values share the mean of their ranks."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_vals = values[order]
-    # Boundaries of runs of equal values in sorted order.
-    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
-    ends = np.r_[starts[1:], sorted_vals.size]
-    run_rank = (starts + 1 + ends) / 2.0  # mean of ranks starts+1 .. ends
-    ranks_sorted = np.repeat(run_rank, ends - starts)
-    ranks = np.empty_like(ranks_sorted)
-    ranks[order] = ranks_sorted
-    return ranks
-
-
-def _mann_whitney_u(s: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-    """Return (U, n_pairs): U counts positive-over-negative pairs, ties as 0.5."""
-    n_pos = int(y.sum())
-    n_neg = int(y.size - n_pos)
-    ranks = _midranks(s)
-    u = float(ranks[y].sum()) - n_pos * (n_pos + 1) / 2.0
-    return u, n_pos * n_neg
-
-
 def auroc(scores: ArrayLike, labels: LabelLike) -> float:
-    """Area under the ROC curve: P(grounded score > ungrounded score) + 0.5·P(tie).
-
-    Equal to the Mann–Whitney U statistic divided by the number of grounded/ungrounded
-    pairs. 1.0 = perfect separation, 0.5 = no signal, 0.0 = perfectly reversed.
+    """Area under the ROC curve (`sklearn.metrics.roc_auc_score`): P(grounded score >
+    ungrounded score) + 0.5·P(tie). 1.0 = perfect separation, 0.5 = no signal, 0.0 =
+    perfectly reversed.
 
     Raises:
         ScoringError: mismatched lengths, non-boolean labels, or one class only.
     """
     s, y, _ = _clean(scores, labels)
     _require_two_classes(y, "AUROC")
-    u, pairs = _mann_whitney_u(s, y)
-    return u / pairs
+    return float(roc_auc_score(y, s))
 
 
 def roc_curve(scores: ArrayLike, labels: LabelLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ROC points for every distinct cut, highest cut first.
+    """ROC points for every distinct cut, highest cut first (`sklearn.metrics.roc_curve`,
+    no point dropped: the cut searches below need every distinct score).
 
     Returns ``(fpr, tpr, thresholds)``: at ``thresholds[i]`` the rule
     ``score >= thresholds[i]`` accepts a share ``tpr[i]`` of grounded and ``fpr[i]`` of
@@ -123,24 +104,22 @@ def roc_curve(scores: ArrayLike, labels: LabelLike) -> tuple[np.ndarray, np.ndar
     last is ``(1, 1)`` at the lowest score.
     """
     s, y, _ = _clean(scores, labels)
-    n_pos, n_neg = _require_two_classes(y, "ROC curve")
-    order = np.argsort(-s, kind="mergesort")
-    s_desc = s[order]
-    y_desc = y[order]
-    # Last index of each run of equal scores: the cut at that score accepts up to there.
-    last = np.flatnonzero(np.r_[s_desc[1:] != s_desc[:-1], True])
-    tp = np.cumsum(y_desc)[last]
-    fp = (last + 1) - tp
-    tpr = np.r_[0.0, tp / n_pos]
-    fpr = np.r_[0.0, fp / n_neg]
-    thresholds = np.r_[np.inf, s_desc[last]]
+    _require_two_classes(y, "ROC curve")
+    fpr, tpr, thresholds = sk_roc_curve(y, s, drop_intermediate=False)
     return fpr, tpr, thresholds
 
 
 def wilson_interval(successes: ArrayLike, n: ArrayLike, z: float) -> tuple[np.ndarray, np.ndarray]:
     """The Wilson score interval (low, high) of `successes` of `n` at `z` standard errors,
-    elementwise; counts may be fractional (expected counts). Where n is 0 the interval is
-    NaN: the caller says what an empty sample means."""
+    elementwise. Where n is 0 the interval is NaN: the caller says what an empty sample means.
+
+    The reference is SciPy's ``binomtest(k, n).proportion_ci(confidence_level,
+    method="wilson")`` with ``confidence_level = 2·Φ(z) − 1``, and tests/unit/test_metrics.py
+    checks this equals it on whole counts. SciPy's takes one whole count at a time; the
+    judge band's search (`pipeline.fit.judge_share`) needs the bound of tens of thousands
+    of candidate bands at once, over expected counts that are fractional (a judge right
+    85% of the time lets 0.15 of each wrong answer it is asked about into state), so this
+    is the same closed form over arrays."""
     k, n = np.asarray(successes, dtype=np.float64), np.asarray(n, dtype=np.float64)
     safe = np.where(n > 0, n, 1.0)
     rate = np.clip(k / safe, 0.0, 1.0)
@@ -208,8 +187,8 @@ def length_matched_auroc(
 
     Method: cut ``lengths`` at its quantiles into up to ``n_bins`` bins (duplicate edges
     merge, so heavily tied lengths give fewer bins). In every bin holding both classes,
-    count the Mann–Whitney U (ties 0.5) and the grounded×ungrounded pairs. The result is
-    ΣU / Σpairs: the within-bin AUROCs averaged with weights equal to their pair counts,
+    take its AUROC (`roc_auc_score`, ties 0.5) and its grounded×ungrounded pairs. The result
+    is the within-bin AUROCs averaged with weights equal to their pair counts (ΣU / Σpairs),
     i.e. the probability that a grounded answer outscores an ungrounded one *of similar
     length*. Bins with one class only contribute nothing.
 
@@ -226,10 +205,10 @@ def length_matched_auroc(
     for b in np.unique(bins):
         in_bin = bins == b
         yb = y[in_bin]
-        if yb.all() or not yb.any():
+        pairs = int(yb.sum()) * int((~yb).sum())
+        if pairs == 0:
             continue
-        u, pairs = _mann_whitney_u(s[in_bin], yb)
-        total_u += u
+        total_u += float(roc_auc_score(yb, s[in_bin])) * pairs
         total_pairs += pairs
     if total_pairs == 0:
         raise ScoringError(
@@ -261,12 +240,15 @@ def length_bins(lengths: ArrayLike, n_bins: int = 10) -> np.ndarray:
 
 
 def reliability_bins(probs: ArrayLike, labels: LabelLike, n_bins: int = 10) -> list[dict[str, Any]]:
-    """Reliability table of predicted grounding probabilities.
+    """Reliability table of predicted grounding probabilities: the bins
+    `sklearn.calibration.calibration_curve` draws, with their counts.
 
-    Splits ``[0, 1]`` into ``n_bins`` equal-width bins (the last includes 1.0). Each
-    entry holds ``lower``, ``upper``, ``count``, ``mean_predicted`` (mean probability in
-    the bin) and ``observed_frequency`` (share grounded); the two means are ``None`` for
-    an empty bin. Every bin is listed, empty or not, so tables line up across runs.
+    Splits ``[0, 1]`` into ``n_bins`` equal-width bins, each holding the probabilities above
+    its lower edge up to and including its upper one (the first also holds 0), as
+    scikit-learn bins them. Each entry holds ``lower``, ``upper``, ``count``,
+    ``mean_predicted`` (mean probability in the bin) and ``observed_frequency`` (share
+    grounded); the two means are ``None`` for an empty bin. Every bin is listed, empty or
+    not, so tables line up across runs.
 
     Raises:
         ScoringError: mismatched lengths, ``n_bins < 1``, no usable probability, or a
@@ -281,19 +263,22 @@ def reliability_bins(probs: ArrayLike, labels: LabelLike, n_bins: int = 10) -> l
         raise ScoringError(
             f"probabilities must lie in [0, 1]; got range [{p.min():.6g}, {p.max():.6g}]"
         )
+    observed, predicted = calibration_curve(y.astype(np.int64), p, n_bins=n_bins)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    idx = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
+    # calibration_curve returns the non-empty bins only; its own rule says which those are.
+    counts = np.bincount(np.searchsorted(edges[1:-1], p), minlength=n_bins)
+    filled = iter(zip(observed.tolist(), predicted.tolist(), strict=True))
     table: list[dict[str, Any]] = []
     for b in range(n_bins):
-        in_bin = idx == b
-        count = int(in_bin.sum())
+        count = int(counts[b])
+        frequency, mean = next(filled) if count else (None, None)
         table.append(
             {
                 "lower": float(edges[b]),
                 "upper": float(edges[b + 1]),
                 "count": count,
-                "mean_predicted": float(p[in_bin].mean()) if count else None,
-                "observed_frequency": float(y[in_bin].mean()) if count else None,
+                "mean_predicted": mean,
+                "observed_frequency": frequency,
             }
         )
     return table

@@ -117,6 +117,36 @@ class TestFitLogistic:
         with pytest.raises(ScoringError, match="both grounded and ungrounded"):
             fit_logistic(np.ones((4, 2)), np.ones(4, dtype=bool))
 
+    def test_a_whole_weight_counts_as_that_many_copies_of_the_row(self) -> None:
+        rng = np.random.default_rng(2)
+        x = rng.normal(size=(300, 3))
+        y = rng.random(300) < 1 / (1 + np.exp(-x[:, 0]))
+        weights = rng.integers(1, 4, 300)
+        weighted = fit_logistic(x, y, weights.astype(float))
+        copied = fit_logistic(np.repeat(x, weights, axis=0), np.repeat(y, weights))
+        np.testing.assert_allclose(weighted[0], copied[0], rtol=1e-6)
+        assert weighted[1] == pytest.approx(copied[1], rel=1e-6)
+
+    def test_the_penalty_does_not_depend_on_a_features_units(self) -> None:
+        # Standardised inside: a feature in centimetres instead of metres gets a coefficient
+        # a hundred times smaller and the same probabilities, under the same l2.
+        rng = np.random.default_rng(8)
+        x = rng.normal(size=(400, 2))
+        y = rng.random(400) < 1 / (1 + np.exp(-(x[:, 0] - x[:, 1])))
+        metres, intercept = fit_logistic(x, y, l2=5.0)
+        centimetres, intercept_cm = fit_logistic(x * [100.0, 1.0], y, l2=5.0)
+        assert centimetres[0] == pytest.approx(metres[0] / 100.0, rel=1e-6)
+        assert centimetres[1] == pytest.approx(metres[1], rel=1e-6)
+        assert intercept_cm == pytest.approx(intercept, rel=1e-6)
+
+    def test_a_larger_penalty_shrinks_the_coefficients(self) -> None:
+        rng = np.random.default_rng(9)
+        x = rng.normal(size=(400, 2))
+        y = rng.random(400) < 1 / (1 + np.exp(-2.0 * x[:, 0]))
+        loose, _ = fit_logistic(x, y, l2=0.1)
+        tight, _ = fit_logistic(x, y, l2=100.0)
+        assert abs(tight[0]) < 0.7 * abs(loose[0])
+
 
 class TestFitGrounding:
     @staticmethod

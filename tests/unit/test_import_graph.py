@@ -18,17 +18,26 @@ Inside `pipeline/` the rooms are ordered the same way, each importing only those
 (the modules at the top of `pipeline/` are the floor every room may read; the stages and
 the offline fit are peers that never import each other; `pipeline/__init__.py` re-exports
 from the rooms and nothing imports it back). The top holds only packages and the floor's
-few modules, no folder more than a dozen modules, and no module name twice."""
+few modules, no folder more than a dozen modules, and no module name twice.
+
+The fit's statistics are scikit-learn's and SciPy's; the decision path never needs them: no
+module of `pipeline/` outside `pipeline/fit` imports them, and a decision made from a
+policy's numbers in a fresh interpreter leaves neither in `sys.modules`."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipeline"
 FIT = "pipeline.fit"
+STATISTICS = ("sklearn", "scipy")
+"""The fit's libraries, which the decision path never loads."""
 TREE = ("pipeline", "topics", "workers")
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"pipeline"}),
@@ -211,6 +220,61 @@ class TestThePipelinePackage:
             if is_fit(target)
         }
         assert offenders == set()
+
+
+DECISION = """
+import pipeline
+from pipeline.rungs.grounding_switch import GroundingSwitch
+from pipeline.scores.results import GroundingScore, SGIResult
+
+policy = pipeline.default_policy()
+model = policy.grounding_for("qa")
+p = model.probability({name: 0.5 for name in model.features})
+decision = GroundingSwitch().decide(GroundingScore(p, SGIResult(1.2, 0.5, 0.6, 0, 1), {}))
+print(decision.action.value)
+"""
+"""A decision from the shipped policy's numbers: its qa route's P(grounded) of a feature row,
+then the shipped switch's action on it."""
+
+
+def loaded_after(code: str) -> tuple[set[str], str]:
+    """The top-level packages in `sys.modules` after `code` runs in a fresh interpreter, and
+    what it printed before them."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    *printed, loaded = done.stdout.strip().splitlines()
+    return {name.split(".")[0] for name in json.loads(loaded)}, "\n".join(printed)
+
+
+class TestTheDecisionPath:
+    def test_no_core_module_imports_the_fits_libraries(self) -> None:
+        offenders = {
+            (name, target)
+            for name, targets in graph().items()
+            if not is_fit(name)
+            for target in targets
+            if target.split(".")[0] in STATISTICS
+        }
+        assert offenders == set()
+
+    def test_a_decision_loads_neither_scikit_learn_nor_scipy(self) -> None:
+        loaded, printed = loaded_after(DECISION)
+        assert printed in {"accept", "escalate", "fallback"}  # a decision was made
+        assert loaded & set(STATISTICS) == set()
+
+    def test_the_probe_sees_the_fits_libraries(self) -> None:
+        # Not vacuous: the fitting package does load scikit-learn, and the probe says so.
+        loaded, _ = loaded_after("import pipeline.fit.metrics")
+        assert "sklearn" in loaded
+        source = "from sklearn.metrics import roc_auc_score\n"
+        assert imports_of("pipeline.x", source, {"pipeline.x"}) == {"sklearn.metrics"}
 
 
 class TestTheRooms:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import pipeline.encoding.encoder
 from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import PolicyError
-from pipeline.fit.grounding_model import feature_matrix, fit_grounding
+from pipeline.fit.grounding_model import L2, feature_matrix, fit_grounding
 from pipeline.fit.judge_share import (
     BOUND_Z,
     FRONTIER_SHARES,
@@ -26,8 +26,8 @@ from pipeline.fit.judge_share import (
     figures,
     fit_bands,
     fit_judge_share,
-    wilson_upper,
 )
+from pipeline.fit.metrics import wilson_interval
 from pipeline.guards.provenance import SampleEvidence
 from pipeline.judge.question import JudgeConfig, JudgeReadout, JudgeStatus
 from pipeline.policy.document import parse_policy
@@ -154,21 +154,25 @@ class TestTheMargin:
     """The bound must hold at BOUND_Z standard errors, not just on the point estimate: the
     search picks the band that just meets it, whose point estimate is biased low."""
 
-    def test_wilson_upper_matches_the_textbook_interval(self) -> None:
-        # 5 of 100 at 95% two-sided: Wilson's interval is [0.0215, 0.1118].
-        assert wilson_upper(np.array([5.0]), np.array([100.0]), 1.96)[0] == pytest.approx(
-            0.1118, abs=1e-4
-        )
-        assert wilson_upper(np.array([0.0]), np.array([0.0]), 1.0)[0] == 0.0  # empty state
-        assert wilson_upper(np.array([3.0]), np.array([60.0]), 0.0)[0] == pytest.approx(0.05)
+    def test_an_empty_state_meets_any_bound(self) -> None:
+        # Every answer ungrounded: only the band that puts nothing in state (accept nothing,
+        # ask nothing) meets a bound of 0, and the search finds it rather than failing on
+        # the interval of an empty state, which is undefined.
+        p = np.linspace(0.05, 0.95, 50)
+        bands = fit_bands(p, np.zeros(50, dtype=bool), (0.0, 0.5), 0.0, 0.85)
+        for band in bands.values():
+            assert figures(p, np.zeros(50, dtype=bool), band, 0.85).wrong == 0.0
+        assert bands[0.0].accept == math.inf
 
     def test_the_fitted_band_is_within_the_bound_at_z(self) -> None:
         p, y = synthetic()
         for accuracy in (1.0, 0.85):
             for band in fit_bands(p, y, SHARES, 0.05, accuracy, z=BOUND_Z).values():
                 f = figures(p, y, band, accuracy)
-                upper = wilson_upper(np.array([f.wrong]), np.array([f.right + f.wrong]), BOUND_Z)
-                assert upper[0] <= 0.05 + 1e-9
+                if f.right + f.wrong == 0:
+                    continue  # an empty state is not wrong
+                _, upper = wilson_interval(f.wrong, f.right + f.wrong, BOUND_Z)
+                assert upper <= 0.05 + 1e-9
 
     def test_the_margin_keeps_the_bound_on_answers_the_fit_never_saw(self) -> None:
         # Fit on one sample, count on a large fresh one from the same distribution: on the
@@ -585,6 +589,17 @@ class TestCalibrateCommand:
         assert policy.thresholds_for("default") == parse_policy(
             before | {"policy": {"version": was}}
         ).thresholds_for("default")
+
+    def test_the_provenance_records_how_the_model_was_fitted(self, tmp_path, hashed) -> None:
+        out = tmp_path / "p.toml"
+        calibrate(out)
+        calibrate(out, "--route", "qa")
+        policy = tomllib.loads(out.read_text())
+        for provenance in (policy["calibration"], policy["routes"]["qa"]["calibration"]):
+            model = provenance["model"]
+            assert model["estimator"] == "sklearn.linear_model.LogisticRegression"
+            assert model["l2"] == L2 and model["C"] == 1.0 / L2
+            assert "GroupKFold" in model["cv"] and model["cv_folds"] == 5
 
     def test_band_only_for_a_route_with_its_own_fit(self, tmp_path, hashed) -> None:
         out = tmp_path / "p.toml"

@@ -1,4 +1,6 @@
-"""pipeline.metrics: AUROC, ROC, Youden cut, length matching and calibration tables."""
+"""pipeline.fit.metrics: AUROC, ROC, Youden cut, length matching, calibration tables and the
+Wilson interval: the project's conventions around scikit-learn's statistics, and the Wilson
+interval against SciPy's."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.stats import binomtest, norm
+from sklearn.calibration import calibration_curve
 
 from pipeline.bounds.thresholds import SCORE_EPSILON
 from pipeline.errors import ScoringError
@@ -17,6 +21,7 @@ from pipeline.fit.metrics import (
     length_matched_auroc,
     reliability_bins,
     roc_curve,
+    wilson_interval,
     youden_j,
     youden_threshold,
 )
@@ -215,3 +220,50 @@ class TestCalibration:
     def test_probability_out_of_range_raises(self) -> None:
         with pytest.raises(ScoringError, match=r"\[0, 1\]"):
             reliability_bins([1.2], [T])
+
+    def test_a_probability_on_an_edge_falls_in_the_lower_bin_as_scikit_learn_draws_it(
+        self,
+    ) -> None:
+        table = reliability_bins([0.5, 0.9], [F, T], n_bins=2)
+        assert [row["count"] for row in table] == [1, 1]
+        assert table[0]["mean_predicted"] == 0.5
+
+    def test_the_table_is_the_curve_scikit_learn_draws(self) -> None:
+        rng = np.random.default_rng(4)
+        probs = rng.random(300)
+        labels = rng.random(300) < probs
+        table = [row for row in reliability_bins(probs, labels) if row["count"]]
+        observed, predicted = calibration_curve(labels, probs, n_bins=10)
+        assert [row["observed_frequency"] for row in table] == pytest.approx(observed)
+        assert [row["mean_predicted"] for row in table] == pytest.approx(predicted)
+        assert sum(row["count"] for row in table) == 300
+
+
+class TestWilsonInterval:
+    def test_textbook_value(self) -> None:
+        # 5 of 100 at 95% two-sided: Wilson's interval is [0.0215, 0.1118].
+        low, high = wilson_interval(5, 100, 1.96)
+        assert (float(low), float(high)) == pytest.approx((0.0215, 0.1118), abs=1e-4)
+
+    @pytest.mark.parametrize("z", [0.5, 1.0, 1.96])
+    def test_equals_scipys_wilson_interval_on_whole_counts(self, z: float) -> None:
+        level = 2.0 * float(norm.cdf(z)) - 1.0  # z standard errors, two-sided
+        for n in (1, 7, 60, 400):
+            for k in sorted({0, 1, n // 3, n - 1, n}):
+                expected = binomtest(k, n).proportion_ci(level, method="wilson")
+                low, high = wilson_interval(k, n, z)
+                assert float(low) == pytest.approx(expected.low, abs=1e-12), (k, n)
+                assert float(high) == pytest.approx(expected.high, abs=1e-12), (k, n)
+
+    def test_elementwise_over_fractional_counts(self) -> None:
+        # Expected counts (a judge right 85% of the time) lie between whole ones.
+        low, high = wilson_interval(np.array([2.0, 2.55, 3.0]), np.array([60.0] * 3), 1.0)
+        assert low[0] < low[1] < low[2] and high[0] < high[1] < high[2]
+
+    def test_an_empty_sample_is_nan(self) -> None:
+        low, high = wilson_interval(np.array([0.0]), np.array([0.0]), 1.0)
+        assert math.isnan(low[0]) and math.isnan(high[0])
+
+    def test_z_zero_is_the_point_estimate(self) -> None:
+        low, high = wilson_interval(3, 60, 0.0)
+        assert float(low) == float(high) == pytest.approx(0.05)

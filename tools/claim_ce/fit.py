@@ -1,6 +1,6 @@
 """Fine-tune all-MiniLM-L6-v2 as a (claim, evidence) pair classifier, cross-validated by group.
 
-Usage (on a machine with a GPU; torch and transformers only, no project import):
+Usage (on a machine with a GPU; torch, transformers and scikit-learn, no project import):
     CONFIGS=3e-5:3,6e-5:4 python fit.py WORK_DIR OUT_DIR
 
 WORK_DIR holds pairs.jsonl.gz (export.py) and base/, the bundled encoder's config, tokenizer
@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 from safetensors.torch import save_file
+from sklearn.metrics import roc_auc_score
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 HERE, OUT = sys.argv[1], sys.argv[2]
@@ -130,18 +131,11 @@ def predict(m, sel):
 
 
 def auroc(s, lab):
-    s, lab = np.asarray(s, float), np.asarray(lab) > 0
+    """scikit-learn's AUROC (ties count half); NaN where one class is missing."""
+    lab = np.asarray(lab) > 0
     if not 0 < lab.sum() < len(lab):
         return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    r = np.empty(len(s))
-    r[order] = np.arange(1, len(s) + 1)
-    for v in np.unique(s):  # average ranks of ties
-        t = s == v
-        if t.sum() > 1:
-            r[t] = r[t].mean()
-    n1 = lab.sum()
-    return float((r[lab].sum() - n1 * (n1 + 1) / 2) / (n1 * (len(lab) - n1)))
+    return float(roc_auc_score(lab, np.asarray(s, float)))
 
 
 def answer_auroc(scores, which):

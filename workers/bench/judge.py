@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import tempfile
 import time
 import uuid
@@ -134,13 +133,6 @@ def outcome_row(
     )
 
 
-def fold_of(groups: Sequence[str], folds: int) -> np.ndarray:
-    """A fold per answer by a hash of its group (answers sharing a context together)."""
-    return np.array(
-        [int.from_bytes(hashlib.sha256(g.encode()).digest()[:4], "big") % folds for g in groups]
-    )
-
-
 def frontier(
     p: np.ndarray,
     y: np.ndarray,
@@ -154,10 +146,11 @@ def frontier(
 ) -> list[Row]:
     """A row per share, the band fitted out of fold for a judge of `accuracy` and applied
     to the judge's actual replies `yes`; then asking about every answer."""
+    from pipeline.fit.folds import group_folds
     from pipeline.fit.judge_share import fit_bands
 
     p, y, yes = np.asarray(p, float), np.asarray(y, bool), np.asarray(yes, bool)
-    fold = fold_of(groups, folds)
+    fold = group_folds(groups, folds)
     accepted = {s: np.zeros(y.size, bool) for s in shares}
     asked = {s: np.zeros(y.size, bool) for s in shares}
     for k in range(folds):

@@ -30,7 +30,12 @@ from pipeline.fit.calibrate import (
     fit_reference_direction,
     fit_thresholds_from_scores,
 )
-from pipeline.fit.grounding_model import GroundingFit, feature_matrix, fit_grounding
+from pipeline.fit.grounding_model import (
+    GroundingFit,
+    feature_matrix,
+    fit_grounding,
+    fit_settings,
+)
 from pipeline.fit.judge_share import JudgeShare, JudgeShareFit, fit_judge_share
 from pipeline.guards.domain import shape_inputs, task_of
 from pipeline.guards.familiarity import FAMILIAR_SHARE
@@ -45,12 +50,12 @@ from workers.eval.reader_figures import fitted_reader_dir, with_reader_record
 
 Progress = Callable[[str, int, int], None]
 
-FIT_PROCEDURE = 4
+FIT_PROCEDURE = 5
 """Bumped when `calibrate` writes something else for the same data and options, so the
 policy's version names the procedure too (2: an accept cut that nothing meets is inf, and
 the grounding model records its fitted domain; 3: features read the answer's core, claim
 support is one, and short and long-form answers get their own cuts; 4: the grounding model
-carries a familiarity test)."""
+carries a familiarity test; 5: scikit-learn's logistic regression and group folds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +270,11 @@ def _long_bound_entry(max_accept_error_long: float | None) -> dict[str, float]:
     return {} if max_accept_error_long is None else {"max_accept_error_long": max_accept_error_long}
 
 
+def _model_entry(grounding: GroundingFit | None) -> dict[str, Any]:
+    """How the grounding model was fitted (estimator, regularisation, folds), when one was."""
+    return {} if grounding is None else {"model": fit_settings()}
+
+
 def grounding_cut_table(short: tuple[float, float], long: tuple[float, float]) -> dict[str, float]:
     """(accept, review) of short and of long-form answers, as a policy's `thresholds`
     table names them."""
@@ -368,6 +378,7 @@ def calibrate(
             **_long_bound_entry(max_accept_error_long),
             "seconds": round(time.time() - started, 1),
             "fit": _clean(dict(fit.metrics)),
+            **_model_entry(grounding),
         },
         "routes": {
             "default": {
@@ -564,6 +575,7 @@ def calibrate_route(
         **_long_bound_entry(max_accept_error_long),
         "seconds": round(time.time() - started, 1),
         "fit": _clean(dict(fit.metrics)),
+        **_model_entry(grounding),
     }
     if tasks:
         provenance["tasks"] = sorted(tasks)

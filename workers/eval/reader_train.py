@@ -33,7 +33,6 @@ Failure posture
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -483,13 +482,12 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 
 def _stacked(x: np.ndarray, y: np.ndarray, groups: Sequence[str]) -> np.ndarray:
-    """Out-of-fold scores of a logistic model over ``x``, five folds by group (salted so
-    the folds differ from the reader's own held-out fold)."""
+    """Out-of-fold scores of a logistic model over ``x``, five folds by group (the fit's
+    own split, `pipeline.fit.folds`: it runs within the reader's held-out fold)."""
+    from pipeline.fit.folds import group_folds
     from pipeline.fit.grounding_model import fit_logistic
 
-    folds = np.array(
-        [int(hashlib.sha256(f"stack:{g}".encode()).hexdigest()[:8], 16) % 5 for g in groups]
-    )
+    folds = group_folds(groups, 5)
     out = np.zeros(len(y))
     for k in range(5):
         train, test = folds != k, folds == k

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.calibration import calibration_curve
 
 from pipeline.errors import ScoringError
 from pipeline.fit.metrics import (
@@ -55,7 +56,6 @@ from pipeline.fit.metrics import (
     expected_calibration_error,
     length_bins,
     length_matched_auroc,
-    reliability_bins,
     roc_curve,
 )
 from topics.names import TERMINAL
@@ -443,10 +443,11 @@ def _plot_reliability(found: Mapping[str, _Candidate], path: Path) -> None:
         title = "Reliability of min-max-scaled scores (not probabilities)"
         xlabel = "mean min-max-scaled score"
     for name, values, labs in curves:
-        table = [row for row in reliability_bins(values, labs) if row["count"]]
+        known = ~np.isnan(values)
+        observed, predicted = calibration_curve(labs[known].astype(int), values[known], n_bins=10)
         ax.plot(
-            [row["mean_predicted"] for row in table],
-            [row["observed_frequency"] for row in table],
+            predicted,
+            observed,
             marker="o",
             label=f"{name} (ECE {expected_calibration_error(values, labs):.3f})",
         )

@@ -127,6 +127,10 @@ def _prepare(examples: Sequence[ClaimExample], cache: EmbeddingCache) -> list[_P
 
 
 def _fold_of(group: str, folds: int) -> int:
+    """A source's fold by a hash of its name, not `pipeline.fit.folds`' GroupKFold: fold 0 is
+    the claim reader's held-out set (tools/claim_ce/held_out.py), so a source's fold must
+    not move when sources are added, and a re-deal would put answers the shipped head and
+    reader were trained on into it."""
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % folds
 
 
