@@ -5,6 +5,7 @@ fenced). tests/integration/test_leave_group_kafka.py sends it to the real broker
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from types import SimpleNamespace
@@ -122,5 +123,13 @@ def test_a_failed_leave_is_logged_not_raised(
         raise KafkaConnectionError("no broker")
 
     monkeypatch.setattr(runner, "leave_group", unreachable)
-    _run(monkeypatch, _Loop(), {})
+    # Captured at the runner's own logger: earlier tests in the session may have changed
+    # how its records propagate to the root (a CLI run's logging set-up), not what it logs.
+    monkeypatch.setattr(runner.log, "disabled", False)
+    caplog.set_level(logging.WARNING, logger=runner.log.name)
+    runner.log.addHandler(caplog.handler)
+    try:
+        _run(monkeypatch, _Loop(), {})
+    finally:
+        runner.log.removeHandler(caplog.handler)
     assert "after the session timeout" in caplog.text

@@ -31,6 +31,12 @@ from workers.runtime.ready import not_ready
 from workers.runtime.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+OWN_SETTINGS = (
+    "GROUNDSTREAM_KAFKA_",
+    "GROUNDSTREAM_SIGNING_KEY_FILE",
+    "GROUNDSTREAM_TRUSTED_KEYS_DIR",
+)
+"""The settings a bench run takes from its own environment (`bench … --tls` sets them)."""
 LOCAL_SH = REPO_ROOT / "deploy" / "kafka" / "local.sh"
 MIB = 1024 * 1024
 
@@ -138,11 +144,12 @@ class Bench:
 
     @property
     def env(self) -> dict[str, str]:
-        # The connection's security (GROUNDSTREAM_KAFKA_*) is the bench's own, the rest set here.
+        # The connection's security (GROUNDSTREAM_KAFKA_*) and the stages' keys are the
+        # bench's own, the rest set here.
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("GROUNDSTREAM_") or k.startswith("GROUNDSTREAM_KAFKA_")
+            if not k.startswith("GROUNDSTREAM_") or k.startswith(OWN_SETTINGS)
         }
         env.update(
             GROUNDSTREAM_BOOTSTRAP_SERVERS=self.bootstrap,
@@ -180,6 +187,9 @@ class Bench:
         `tag` names the process in the memory report (e.g. `geometry[onnx]`); `wrap` goes
         between the interpreter and `-m workers.cli` (e.g. `-m cProfile -o FILE`)."""
         full = {**self.env, **env}
+        key = full.get("GROUNDSTREAM_SIGNING_KEY_FILE")
+        if key and stage != "all":  # `worker all` hands each child its own key itself
+            full["GROUNDSTREAM_SIGNING_KEY_FILE"] = str(Path(key).with_name(f"{stage}.key"))
         with self.log.open("ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, *wrap, "-m", "workers.cli", "worker", stage],

@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from pipeline.bounds.conclusions import SIGNERS
+from topics.security.keys import generate, write_pairs
 from workers.bench.procs import LOCAL_SH, REPO_ROOT, BenchError, free_port
 from workers.bench.report import Result
 
@@ -52,6 +54,12 @@ def secured_broker() -> Iterator[tuple[str, dict[str, str]]]:
             settings = dict(
                 line.split("=", 1) for line in client_env.read_text().splitlines() if "=" in line
             )
+            # On a secured broker every stage must sign with its own key: a fresh set, as
+            # `groundstream keys generate` makes them (each worker is handed its own key).
+            keys = Path(tmp) / "keys"
+            write_pairs(keys, generate(SIGNERS))
+            settings["GROUNDSTREAM_SIGNING_KEY_FILE"] = str(keys / f"{SIGNERS[0]}.key")
+            settings["GROUNDSTREAM_TRUSTED_KEYS_DIR"] = str(keys)
             yield settings.pop("GROUNDSTREAM_BOOTSTRAP_SERVERS"), settings
         finally:
             subprocess.run([str(LOCAL_SH), "stop"], env=env, cwd=REPO_ROOT, check=False)
