@@ -147,17 +147,7 @@ def test_every_stage_as_its_own_principal_gives_every_candidate_one_outcome(
     batch = candidates(N, sessions=10)
     client = Settings.from_env(env_as(secure, "client", prefix, ladder["tmp"] / "data"))
 
-    async def produce() -> None:  # as the agent's principal, which may write only candidates
-        producer = clients.producer(client.kafka(), acks="all", enable_idempotence=True)
-        await producer.start()
-        try:
-            for _cid, key, value in batch:
-                await producer.send(client.topic(Topic.CANDIDATES), value, key=key)
-            await producer.flush()
-        finally:
-            await producer.stop()
-
-    asyncio.run(produce())
+    asyncio.run(produce_candidates(client, batch))
     ids = [cid for cid, _, _ in batch]
     kafka = secure.client_kwargs("admin")
     got = asyncio.run(wait_for_outcomes(secure.bootstrap, prefix, ids, 180, **kafka))
@@ -165,6 +155,18 @@ def test_every_stage_as_its_own_principal_gives_every_candidate_one_outcome(
     figures = asyncio.run(audit(secure.bootstrap, prefix, ids, **kafka))
     print(figures.render())
     figures.assert_exactly_once()
+
+
+async def produce_candidates(client: Settings, batch: list) -> None:
+    """`batch` onto `candidates` as the agent's principal, which may write only candidates."""
+    producer = clients.producer(client.kafka(), acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for _cid, key, value in batch:
+            await producer.send(client.topic(Topic.CANDIDATES), value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
 
 
 def forged(cid: str, topic: str) -> Conclusion:
@@ -206,14 +208,7 @@ def test_the_geometry_principal_cannot_conclude_to_state_nor_stop_the_writer(
                 )  # fmt: skip
         finally:
             await producer.stop()
-        producer = clients.producer(client.kafka(), acks="all")
-        await producer.start()
-        try:
-            for _cid, key, value in batch:
-                await producer.send(client.topic(Topic.CANDIDATES), value, key=key)
-            await producer.flush()
-        finally:
-            await producer.stop()
+        await produce_candidates(client, batch)
 
     asyncio.run(write())
     ids = [cid for cid, _, _ in batch]
