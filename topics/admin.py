@@ -14,7 +14,12 @@ from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code
+from aiokafka.errors import (
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from aiokafka.protocol.metadata import MetadataRequest
 
 from pipeline.errors import GroundstreamError
@@ -24,6 +29,7 @@ from topics.names import TOPIC_SPECS, TopicSpec
 
 TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
 TOPIC_ALREADY_EXISTS = TopicAlreadyExistsError.errno
+UNKNOWN_TOPIC = UnknownTopicOrPartitionError.errno
 
 VISIBLE_TIMEOUT_S = 30.0
 """How long `create_topics` waits for the broker's metadata to list what it created."""
@@ -167,13 +173,32 @@ async def _check_existing(admin: AIOKafkaAdminClient, specs: dict[str, TopicSpec
         ConfigResource(ConfigResourceType.TOPIC, name, configs=dict.fromkeys(kept))
         for name, kept in wanted.items()
     ]
-    for response in await admin.describe_configs(resources):
-        for code, _message, _kind, name, entries in response.resources:
-            if code == TOPIC_AUTHORIZATION_FAILED:
-                raise TopicAuthorizationFailedError({name})
-            if code:
-                raise for_code(code)(f"describing the configs of {name}")
-            actual = {entry[0]: entry[1] for entry in entries}
-            line = config_mismatch(name, wanted[name], actual)
-            if line is not None:
-                raise TopicConfigMismatch(line)
+    for code, name, entries in await _described(admin, resources):
+        if code == TOPIC_AUTHORIZATION_FAILED:
+            raise TopicAuthorizationFailedError({name})
+        if code:
+            raise for_code(code)(f"describing the configs of {name}")
+        actual = {entry[0]: entry[1] for entry in entries}
+        line = config_mismatch(name, wanted[name], actual)
+        if line is not None:
+            raise TopicConfigMismatch(line)
+
+
+async def _described(
+    admin: AIOKafkaAdminClient, resources: list[ConfigResource]
+) -> list[tuple[int, str, list]]:
+    """(error code, name, entries) of each resource's DescribeConfigs answer. A topic the
+    controller knows (it was listed, or its creation was refused as existing) may not be
+    known yet to the broker asked, which answers UNKNOWN_TOPIC_OR_PARTITION until its
+    metadata catches up: asked again, for as long as `create_topics` waits for a listing."""
+    deadline = asyncio.get_running_loop().time() + VISIBLE_TIMEOUT_S
+    while True:
+        answers = [
+            (code, name, entries)
+            for response in await admin.describe_configs(resources)
+            for code, _message, _kind, name, entries in response.resources
+        ]
+        unknown = any(code == UNKNOWN_TOPIC for code, _name, _entries in answers)
+        if not unknown or asyncio.get_running_loop().time() > deadline:
+            return answers
+        await asyncio.sleep(0.2)

@@ -105,22 +105,29 @@ async def create_topics(
     config: Mapping[str, str] | None = None,
     exist_ok: bool = False,
 ) -> None:
-    """Create ``topics`` (replication factor 1); raise on any broker error."""
+    """Create ``topics`` (replication factor 1); raise on any broker error. Returns once
+    the broker's metadata lists them all, as for a topic someone made beforehand (the
+    broker acknowledges a creation before it lists the topic)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         resp = await admin.create_topics(
             [NewTopic(name, partitions, 1, topic_configs=dict(config or {})) for name in topics]
         )
+        errors = [
+            (name, code, msg)
+            for name, code, msg in resp.topic_errors
+            if code != 0 and not (exist_ok and code == _TOPIC_ALREADY_EXISTS)
+        ]
+        if errors:
+            raise RuntimeError(f"create_topics failed: {errors}")
+        deadline = asyncio.get_running_loop().time() + 30
+        while not set(topics) <= set(await admin.list_topics()):
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"created but not listed after 30 s: {sorted(topics)}")
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    errors = [
-        (name, code, msg)
-        for name, code, msg in resp.topic_errors
-        if code != 0 and not (exist_ok and code == _TOPIC_ALREADY_EXISTS)
-    ]
-    if errors:
-        raise RuntimeError(f"create_topics failed: {errors}")
 
 
 async def produce(

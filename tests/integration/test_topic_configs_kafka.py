@@ -6,6 +6,7 @@ min.insync.replicas=2 of its own (not only the brokers' default)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -93,6 +94,31 @@ def three(tmp_path: Path) -> Iterator[LocalCluster]:
         pytest.fail(str(exc), pytrace=False)
 
 
+async def _described_once_known(conn: KafkaConnection, names: list[str]):
+    """The DescribeConfigs answer for `names`, once it has no error. `create_topics`
+    returns when one broker lists the topics; the broker asked here may be another whose
+    metadata has not caught up yet, and it answers UNKNOWN_TOPIC_OR_PARTITION with no
+    entries. The wait is bounded: a topic never known fails the test with its code."""
+    client = admin.clients.admin(conn)
+    await client.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            (response,) = await client.describe_configs(
+                [
+                    ConfigResource(ConfigResourceType.TOPIC, n, {"min.insync.replicas": None})
+                    for n in names
+                ]
+            )
+            failed = {name: code for code, _msg, _kind, name, _e in response.resources if code}
+            if not failed or asyncio.get_running_loop().time() > deadline:
+                assert not failed, f"error codes after 30 s: {failed}"
+                return response
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
 async def test_replication_three_sets_min_insync_replicas_two_on_each_topic(
     three: LocalCluster,
 ) -> None:
@@ -100,18 +126,8 @@ async def test_replication_three_sets_min_insync_replicas_two_on_each_topic(
     conn = KafkaConnection(three.bootstrap)
     report = await admin.create_topics(conn, prefix, 1, 3)
     assert set(report.values()) == {"created"}
-    client = admin.clients.admin(conn)
-    await client.start()
-    try:
-        names = [t.full(prefix) for t in Topic]
-        (response,) = await client.describe_configs(
-            [
-                ConfigResource(ConfigResourceType.TOPIC, n, {"min.insync.replicas": None})
-                for n in names
-            ]
-        )
-    finally:
-        await client.close()
+    names = [t.full(prefix) for t in Topic]
+    response = await _described_once_known(conn, names)
     assert response.API_VERSION >= 1  # a config source, not only "is default"
     found = {name: entries for _code, _msg, _kind, name, entries in response.resources}
     assert set(found) == set(names)
