@@ -1,7 +1,8 @@
 """Scale-out under faults: several replicas of a stage, each under its own
 GROUNDSTREAM_INSTANCE_ID (a Deployment's pods), on more partitions than replicas, while
 candidates flow. For the terminal writer (which writes the outcomes themselves), the
-geometry stage and the judge (in flow: many calls open at once), at once:
+geometry stage, the switch (its `sessions` changelog), the rules (the one stage that
+concludes to `state`) and the judge (in flow: many calls open at once), at once:
 
 * two or three replicas start (`SCALED`), and one more joins;
 * one is paused (SIGSTOP) for PAUSE_S, past its 10 s session, so its partitions move to
@@ -11,8 +12,8 @@ geometry stage and the judge (in flow: many calls open at once), at once:
   DescribeTransactions shows it open, without `__consumer_offsets`), so what it does on
   waking is commit them; the judge inside any transaction, with calls open beside it,
   whose conclusions it commits on waking;
-* one is killed with SIGKILL and not restarted (terminal, geometry), one stops cleanly
-  with SIGTERM (terminal, judge): the terminal writer takes all four.
+* one is killed with SIGKILL and not restarted (terminal, geometry, switch), one stops
+  cleanly with SIGTERM (terminal, rules, judge): the terminal writer takes all four.
 
 Asserted: every candidate exactly one outcome, in one terminal topic; the broker refused
 each resumed replica's stale commit (its one log line: `topics.fencing`, KIP-447); every
@@ -58,11 +59,11 @@ pytestmark = pytest.mark.timeout(600)
 N = 1200
 PARTITIONS = 6
 PRODUCE_S = 80.0
-SCALED = {"terminal": 3, "geometry": 2, "judge": 2}
+SCALED = {"terminal": 3, "geometry": 2, "switch": 2, "rules": 2, "judge": 2}
 """Replicas of each scaled stage at the start (one more joins): `-0` is killed or stopped,
 `-1` paused and resumed, `-2` of the terminal writer stopped."""
-KILLED = {"terminal": 0, "geometry": 0}
-TERMINATED = {"terminal": 2, "judge": 0}
+KILLED = {"terminal": 0, "geometry": 0, "switch": 0}
+TERMINATED = {"terminal": 2, "rules": 0, "judge": 0}
 PAUSED = 1
 START_S = 600.0
 """Patience for a worker's start on a busy two-core machine (the encoder's load)."""
