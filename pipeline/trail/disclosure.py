@@ -40,7 +40,8 @@ FLAGS = ("write_to_state", "kill_switch")
 MAX_ID_CHARS = 256
 
 
-def _word(value: Any) -> str | None:
+def word(value: Any) -> str | None:
+    """`value` if it is identifier-shaped (an enum value, a stage, an action), else None."""
     return value if isinstance(value, str) and _WORD.match(value) else None
 
 
@@ -62,7 +63,7 @@ def _words(value: Any) -> list[str] | None:
     """A list of identifier-shaped words (rule names), each kept only if it is one."""
     if not isinstance(value, list | tuple):
         return None
-    return sorted({w for w in map(_word, value) if w is not None})
+    return sorted({w for w in map(word, value) if w is not None})
 
 
 def _at(data: Any, path: str) -> Any:
@@ -83,23 +84,23 @@ def _rule_names(evidence: Mapping[str, Any]) -> list[str] | None:
 PUBLIC_EVIDENCE: dict[str, tuple[str, Callable[[Any], Any]]] = {
     # public name: (path in the stage's evidence, what its value must be)
     "sgi_or_dgi": ("geometry.value", _number),
-    "geometry_method": ("geometry.method", _word),
+    "geometry_method": ("geometry.method", word),
     "geometry_flagged": ("geometry.flagged", _flag),
     "grounding_probability": ("grounding_probability", _number),
-    "consistency_outcome": ("outcome", _word),
+    "consistency_outcome": ("outcome", word),
     "consistency_passes": ("passes", _flag),
     "consistency_score": ("consistency_score", _number),
-    "consistency_level": ("level", _word),
+    "consistency_level": ("level", word),
     "response_agrees": ("response_agrees", _flag),
     "agreement": ("agreement", _number),
     "usable_samples": ("usable_samples", _number),
     "total_samples": ("total_samples", _number),
-    "budget_limit": ("budget_limit", _word),
-    "sample_source": ("sample_source", _word),
+    "budget_limit": ("budget_limit", word),
+    "sample_source": ("sample_source", word),
     "interpretations": ("interpretations", _count),
-    "judge_status": ("readout.status", _word),
+    "judge_status": ("readout.status", word),
     "judge_score": ("readout.score", _number),
-    "rules_action": ("rules.action", _word),
+    "rules_action": ("rules.action", word),
     "human_override": ("human_override", _flag),
 }
 """Every evidence value that may cross the boundary; anything else stays inside."""
@@ -132,7 +133,7 @@ def _mapping(value: Any, kind: Callable[[Any], Any]) -> dict[str, Any]:
         return {}
     out = {}
     for key, item in value.items():
-        name, kept = _word(key), kind(item)
+        name, kept = word(key), kind(item)
         if name is not None and kept is not None:
             out[name] = kept
     return out
@@ -145,7 +146,7 @@ def public_record(record: Mapping[str, Any]) -> dict[str, Any]:
         value = record.get(name)
         out[name] = value[:MAX_ID_CHARS] if isinstance(value, str) else None
     for name in (*WORDS, *WORDS_TOO):
-        out[name] = _word(record.get(name))
+        out[name] = word(record.get(name))
     for name in NUMBERS:
         out[name] = _number(record.get(name))
     for name in FLAGS:
@@ -157,7 +158,7 @@ def public_record(record: Mapping[str, Any]) -> dict[str, Any]:
     trace = record.get("trace_id")
     out["trace_id"] = trace if isinstance(trace, str) and _HEX.match(trace) else None
     out["reason_code"] = out["gate"] or f"{out['stage'] or 'unknown'}.{out['action'] or 'unknown'}"
-    out["breaker"] = _mapping(record.get("breaker"), _word)
+    out["breaker"] = _mapping(record.get("breaker"), word)
     out["thresholds"] = _mapping(record.get("thresholds"), _number)
     out["timings"] = _mapping(record.get("timings"), _number)
     evidence = record.get("evidence")

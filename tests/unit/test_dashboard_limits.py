@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
 from pipeline.policy.document import load_policy
@@ -128,3 +129,34 @@ def rec(cid: str, at: float, **extra: Any) -> dict[str, Any]:
     fields |= {"reason": "", "policy_version": "", "decided_at": at, "mode": "", "route": ""}
     fields |= {"prev_hash": ""}
     return make_record(candidate_id=cid, stage=extra.pop("stage", "geometry"), **fields, **extra)
+
+
+async def test_a_forged_records_free_text_never_reaches_the_public_summary():
+    """`/api/summary` needs no credential: its labels (stage, action, topic, gate, method,
+    breaker endpoint and state, cut names) are words the code writes, or `?`; free text
+    put in one of them by a writer of `decisions` is not shown."""
+    secret = "The capital of France is Lyon, said the forged record"
+    async with client(Settings(web_token="t")) as c:
+        state = c.app[dashboard.STATE]
+        state.ingest({"candidate_id": "ok", "stage": "rules", "action": "commit"})
+        state.ingest(
+            {
+                "candidate_id": "forged",
+                "stage": "geometry",
+                "action": secret,
+                "gate": secret,
+                "method": secret,
+                "score": 0.5,
+                "thresholds": {secret: 0.2, "sgi_accept": 0.4},
+                "breaker": {secret: secret},
+            }
+        )
+        state.ingest({"candidate_id": "forged-outcome", "stage": "outcome", "topic": secret})
+        response = await c.get("/api/summary")
+        assert response.status == 200
+        body = await response.text()
+    assert "Lyon" not in body
+    summary = orjson.loads(body)
+    assert summary["stages"]["rules"] == {"commit": 1}
+    assert summary["stages"]["geometry"] == {"?": 1}
+    assert summary["outcomes"]["?"] == 1

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from pipeline.scores.grounding import LONG_FORM
-from pipeline.trail.disclosure import public_record
+from pipeline.trail.disclosure import public_record, word
 from pipeline.trail.records import OUTCOME_STAGE, iso_time, sanitize
 from topics.codec import loads
 from topics.names import TERMINAL, Topic
@@ -45,7 +45,7 @@ GROUNDING_LONG = "grounding_long"
 LATENCY_WINDOW = 1000  # per stage: percentiles over the last this-many timings
 DEFAULT_RANGE = (0.0, 1.0, 20)
 MAX_KEYS = 200  # distinct values kept per counter; the rest count as "(other)"
-MAX_NAME = 80  # stage, action, gate ... names longer than this are cut
+MAX_NAME = 80  # route and tenant ids longer than this are cut
 
 
 # ----------------------------------------------------------------------- state --
@@ -107,8 +107,16 @@ class Histogram:
         }
 
 
-def _name(value: Any, default: str = "") -> str:
-    """A record field as a short label (fields off the topic may hold anything)."""
+def _label(value: Any, default: str = "?") -> str:
+    """A stage, action, topic, gate ... as the summary shows it: only an identifier-shaped
+    word the code writes (`disclosure.word`), else `default`. The summary is public: a
+    forged record's free text in one of these fields must not reach it."""
+    return word(value) or default
+
+
+def _id(value: Any, default: str = "?") -> str:
+    """A producer- or policy-chosen id (route, tenant) as a short label: public anyway in
+    the projection, bounded here (fields off the topic may hold anything)."""
     if value is None or value == "":
         return default
     return str(value)[:MAX_NAME]
@@ -228,13 +236,13 @@ class DashboardState:
         # sanitize drops (interpretations, rule hits) and names none of it.
         shown = Shown(clean, public_record(record))
         self.records += 1
-        stage = _name(record.get("stage"), "?")
-        action = _name(record.get("action"), "?")
+        stage = _label(record.get("stage"))
+        action = _label(record.get("action"))
         is_outcome = stage == OUTCOME_STAGE
         if "topic" in record:
-            self.outcomes.add(_name(record.get("topic"), "?"))
+            self.outcomes.add(_label(record.get("topic")))
         if is_outcome:
-            route_name, mode = _name(record.get("route"), "?"), _name(record.get("mode"), "?")
+            route_name, mode = _id(record.get("route")), _label(record.get("mode"))
             if not record.get("route") and record.get("topic") == Topic.DEADLETTER.value:
                 # Dead-lettered before a route was read: no route or mode to show.
                 route_name, mode = "dead-lettered", "before routing"
@@ -242,7 +250,7 @@ class DashboardState:
         else:
             self.stage_actions.setdefault(stage, BoundedCounter(50)).add(action)
             if record.get("gate"):
-                self.gates.add(_name(record.get("gate")))
+                self.gates.add(_label(record.get("gate")))
         self._breakers(record)
         self._judge_budget(record, stage)
         self._histogram(record, stage)
@@ -258,11 +266,11 @@ class DashboardState:
         if not isinstance(breaker, Mapping):
             return
         for endpoint, status in breaker.items():
-            key = f"{_name(endpoint)}@{_name(record.get('route'), '?')}"
+            key = f"{_label(endpoint)}@{_id(record.get('route'))}"
             self.breakers[key] = {
-                "endpoint": _name(endpoint),
-                "route": _name(record.get("route"), "?"),
-                "state": _name(status, "?"),
+                "endpoint": _label(endpoint),
+                "route": _id(record.get("route")),
+                "state": _label(status),
                 "at": record.get("decided_at"),
             }
             self.breakers.move_to_end(key)
@@ -278,12 +286,12 @@ class DashboardState:
         partition = budget.get("partition")
         if isinstance(partition, bool) or not isinstance(partition, int):
             return
-        route = _name(record.get("route"), "?")
+        route = _id(record.get("route"))
         for scope in ("route", "tenant"):
             figures = budget.get(scope)
             if not isinstance(figures, Mapping):
                 continue
-            tenant = _name(figures.get("name")) if scope == "tenant" else ""
+            tenant = _id(figures.get("name"), "") if scope == "tenant" else ""
             key = (route, tenant, partition)
             self.judge_budget[key] = {
                 k: n
@@ -312,7 +320,7 @@ class DashboardState:
         score = _number(record.get("score"))
         if stage != "geometry" or score is None:
             return
-        self._count_score(_name(record.get("method"), "?"), score)
+        self._count_score(_label(record.get("method")), score)
         evidence = record.get("evidence")
         if isinstance(evidence, Mapping):
             probability = _number(evidence.get("grounding_probability"))
@@ -323,7 +331,7 @@ class DashboardState:
         thresholds = record.get("thresholds")
         if isinstance(thresholds, Mapping) and thresholds:  # the policy's, as last seen
             self.thresholds = {
-                _name(k): x for k, v in thresholds.items() if (x := _cut(v)) is not None
+                k: x for k, v in thresholds.items() if word(k) and (x := _cut(v)) is not None
             }
 
     def _cuts_of(self, method: str) -> dict[str, float | str]:
@@ -380,7 +388,7 @@ class DashboardState:
         bucket = self.minutes.setdefault(minute, Minute())
         bucket.decisions += 1
         if is_outcome:
-            bucket.outcomes.add(_name(record.get("topic"), "?"))
+            bucket.outcomes.add(_label(record.get("topic")))
         if len(self.minutes) > self.max_minutes:
             newest = max(self.minutes)
             for m in [m for m in self.minutes if m <= newest - self.max_minutes]:
