@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pipeline.bounds.conclusions import SIGNERS
 from pipeline.trail.audit import Finding, verify
 from pipeline.trail.records import make_record
 from topics.codec import dumps
 from topics.names import Topic
+from topics.security import keys
 from topics.security.keys import KeyFileError, load_signer, load_trusted
 from topics.security.signatures import Unverified, sign
 from topics.security.signatures import verify as verify_signature
@@ -232,3 +234,51 @@ def test_a_review_record_not_signed_by_review_is_no_verdict_and_audit_names_it(
         "c3/review at decisions[0]@2": "signature does not verify with review's trusted keys",
         "c4/review at decisions[0]@3": "unsigned",
     }
+
+
+def test_a_running_process_trusts_a_key_added_and_refuses_one_removed_without_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    generate(old, "--stage", "rules")
+    generate(new, "--stage", "rules")
+    trusted_dir = tmp_path / "trusted"
+    trusted_dir.mkdir()
+    (trusted_dir / "rules.pub").write_bytes((old / "rules.pub").read_bytes())
+    by_old = sign(load_signer(old / "rules.key", "rules"), "concluded", None, b"v")
+    by_new = sign(load_signer(new / "rules.key", "rules"), "concluded", None, b"v")
+    now = [0.0]
+    held = load_trusted(trusted_dir, clock=lambda: now[0])  # read once, at start-up
+    with pytest.raises(Unverified):
+        verify_signature(held, "concluded", None, b"v", by_new)
+    # The rollover's new key reaches the folder (a ConfigMap's update): the first message
+    # signed with it after RETRY_S is checked again against the folder, and holds.
+    (trusted_dir / "rules.2026-12.pub").write_bytes((new / "rules.pub").read_bytes())
+    with pytest.raises(Unverified):  # within RETRY_S of the last read: not read again
+        verify_signature(held, "concluded", None, b"v", by_new)
+    now[0] += keys.RETRY_S
+    with caplog.at_level(logging.WARNING, logger=keys.__name__):
+        assert verify_signature(held, "concluded", None, b"v", by_new) == "rules"
+    assert "trusted keys read again from" in caplog.text and "rules (2)" in caplog.text
+    assert verify_signature(held, "concluded", None, b"v", by_old) == "rules"
+    # The old key's file goes: refused once REREAD_S has passed, never by a failed check.
+    (trusted_dir / "rules.pub").unlink()
+    assert verify_signature(held, "concluded", None, b"v", by_old) == "rules"
+    now[0] += keys.REREAD_S
+    with pytest.raises(Unverified):
+        verify_signature(held, "concluded", None, b"v", by_old)
+    # A file broken mid-copy keeps the keys read before, and says so.
+    (trusted_dir / "rules.2027-01.pub").write_bytes(b"half a key")
+    now[0] += keys.REREAD_S
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=keys.__name__):
+        assert verify_signature(held, "concluded", None, b"v", by_new) == "rules"
+    assert "is not a PEM public key; the trusted keys read before are kept" in caplog.text
+
+
+def test_keys_given_without_a_folder_are_never_read_again() -> None:
+    pair = Ed25519PrivateKey.generate()
+    now = [0.0]
+    given = keys.TrustedKeys({"rules": (pair.public_key(),)}, clock=lambda: now[0])
+    now[0] += keys.REREAD_S * 10
+    assert given.current() is given.keys and not given.reread_after_failure()

@@ -7,6 +7,9 @@ writer, the review queue, `audit verify`) hold a folder of public keys
 (GROUNDSTREAM_TRUSTED_KEYS_DIR): `<stage>.pub`, and during a rollover more files
 `<stage>.<anything>.pub`. Every key found for a stage is accepted, so a new key is
 trusted before the stage signs with it, and the old one is refused once its file is gone.
+The folder is read again while the process runs (every REREAD_S, and at most every
+RETRY_S when a signature does not verify with the keys held), so a rollover needs no
+restart: a mounted ConfigMap's files change under a running pod.
 
 Asymmetric on purpose: with one shared secret, whoever holds any stage's copy can sign as
 every stage; here a stage that is taken over can sign only as itself.
@@ -15,9 +18,11 @@ every stage; here a stage that is taken over can sign only as itself.
 from __future__ import annotations
 
 import base64
+import logging
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -31,6 +36,15 @@ PRIVATE_SUFFIX = ".key"
 PUBLIC_SUFFIX = ".pub"
 TRUSTED_KEYS_CONFIGMAP = "groundstream-trusted-keys"
 SIGNING_KEY = "signing.key"
+REREAD_S = 30.0
+"""How old the trusted keys may grow before the folder is read again (a key added is
+trusted, a key deleted refused, within this long of the change reaching the folder)."""
+RETRY_S = 1.0
+"""How often at most the folder is read again because a signature did not verify with
+the keys held (its key may have just been added): a flood of forged messages costs one
+small folder read a second."""
+
+log = logging.getLogger(__name__)
 
 
 def signing_secret(stage: str) -> str:
@@ -54,12 +68,53 @@ class Signer:
         return self.key.sign(data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrustedKeys:
-    """Every public key trusted for each stage (more than one during a rollover)."""
+    """Every public key trusted for each stage (more than one during a rollover). Read
+    from a folder (`where`), they are read from it again as the module says; built from
+    keys alone (`where` empty), they stay as given."""
 
     keys: Mapping[str, tuple[Ed25519PublicKey, ...]]
     where: str = ""
+    clock: Callable[[], float] = time.monotonic
+    read_at: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.read_at = self.clock()
+
+    def current(self) -> Mapping[str, tuple[Ed25519PublicKey, ...]]:
+        """The keys, read again from the folder first when REREAD_S has passed."""
+        self._reread(REREAD_S)
+        return self.keys
+
+    def reread_after_failure(self) -> bool:
+        """Read the folder again (at most every RETRY_S); True when the keys changed."""
+        return self._reread(RETRY_S)
+
+    def _reread(self, after_s: float) -> bool:
+        now = self.clock()
+        if not self.where or now - self.read_at < after_s:
+            return False
+        self.read_at = now
+        try:
+            fresh = load_trusted(self.where, self.clock).keys
+        except KeyFileError as exc:
+            log.warning("%s; the trusted keys read before are kept", exc)
+            return False
+        if _raw(fresh) == _raw(self.keys):
+            return False
+        self.keys = fresh
+        log.warning(
+            "trusted keys read again from %s: %s",
+            self.where,
+            ", ".join(f"{stage} ({len(k)})" for stage, k in sorted(fresh.items())),
+        )
+        return True
+
+
+def _raw(keys: Mapping[str, tuple[Ed25519PublicKey, ...]]) -> dict[str, set[bytes]]:
+    raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    return {stage: {k.public_bytes(*raw) for k in ks} for stage, ks in keys.items()}
 
 
 def private_pem(key: Ed25519PrivateKey) -> bytes:
@@ -149,7 +204,7 @@ def stage_of(filename: str) -> str:
     return filename.split(".", 1)[0]
 
 
-def load_trusted(folder: str | Path) -> TrustedKeys:
+def load_trusted(folder: str | Path, clock: Callable[[], float] = time.monotonic) -> TrustedKeys:
     """Every `*.pub` in `folder`, by stage; KeyFileError for an unreadable folder, a
     folder without keys, or a file that is not an Ed25519 public key."""
     root = Path(folder)
@@ -169,4 +224,4 @@ def load_trusted(folder: str | Path) -> TrustedKeys:
     if not found:
         raise KeyFileError(f"no public keys (*{PUBLIC_SUFFIX}) in {root}")
     keys = MappingProxyType({stage: tuple(k) for stage, k in found.items()})
-    return TrustedKeys(keys, str(root))
+    return TrustedKeys(keys, str(root), clock)

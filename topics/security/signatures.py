@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pipeline.errors import GroundstreamError
 from topics.codec import dumps
@@ -63,7 +64,24 @@ def verify(
     trusted: TrustedKeys, topic: str, key: bytes | None, value: bytes | None, headers: Headers
 ) -> str:
     """The stage that signed the message, when one of that stage's trusted keys verifies
-    the signature; Unverified (unsigned, unknown signer, bad signature) otherwise."""
+    the signature; Unverified (unsigned, unknown signer, bad signature) otherwise. A
+    signature the keys held refuse is checked once more if the trusted folder, read
+    again, holds other keys (a rollover's new key, added while this process ran)."""
+    try:
+        return _verified(trusted.current(), topic, key, value, headers)
+    except Unverified:
+        if not trusted.reread_after_failure():
+            raise
+    return _verified(trusted.keys, topic, key, value, headers)
+
+
+def _verified(
+    trusted: Mapping[str, tuple[Ed25519PublicKey, ...]],
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+) -> str:
     signers = [v for k, v in headers if k == SIGNER_HEADER]
     marks = [v for k, v in headers if k == SIGNATURE_HEADER]
     if not signers and not marks:
@@ -71,7 +89,7 @@ def verify(
     if len(signers) != 1 or len(marks) != 1:
         raise Unverified("more than one signature")
     name = signers[0].decode("utf-8", "replace")
-    keys = trusted.keys.get(name, ())
+    keys = trusted.get(name, ())
     if not keys:
         raise Unverified(f"signed by {name!r}, whose key is not trusted")
     try:

@@ -351,7 +351,8 @@ class Settings:
     are signed with it. Required on an SSL or SASL_* broker (`groundstream keys generate`)."""
     trusted_keys_dir: str = ""
     """The stages' public keys, `<stage>.pub` (and `<stage>.<any>.pub` during a rollover):
-    the terminal writer, review and `audit verify` trust a signature only by these."""
+    the terminal writer, review and `audit verify` trust a signature only by these. Read
+    again every 30 s while running: a key added or removed needs no restart."""
     nli_model: str = ""
     """GROUNDSTREAM_NLI_MODEL: consistency's entailment model; `reader` is GROUNDSTREAM_READER's
     pair reader (no claim reader ships with groundstream: train or export one first)."""
