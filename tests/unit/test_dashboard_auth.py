@@ -17,6 +17,7 @@ from pipeline.trail.records import make_record
 from topics.codec import loads
 from workers.runtime.reviewers import token_digest
 from workers.runtime.settings import Settings
+from workers.web import app as dashboard_app
 from workers.web.app import build_app
 from workers.web.state import DashboardState, percentile
 
@@ -589,3 +590,21 @@ def test_percentile_is_nearest_rank():
         95.0,
         100.0,
     )
+
+
+async def test_an_open_stream_ends_once_its_reviewer_is_removed(
+    feed, ops, tokens_file, monkeypatch
+):
+    monkeypatch.setattr(dashboard_app, "ACCESS_RECHECK_S", 0.0)
+    async with make_client(feed, ops, TOKEN, tokens_file) as client:
+        signed = await client.get("/api/events", headers=ANN)
+        feed.queue.put_nowait(claim_record("c-before"))
+        assert WEAKEST in (await read_event(signed, "c-before")).decode()
+        # ann leaves: the file is rewritten without her line, as an operator edits it
+        kept = [line for line in Path(tokens_file).read_text().splitlines() if "ann:" not in line]
+        Path(tokens_file).write_text("\n".join(kept) + "\n", encoding="utf-8")
+        feed.queue.put_nowait(claim_record("c-after"))
+        rest = await asyncio.wait_for(signed.content.read(), 5)  # the stream ends
+        assert b"c-after" not in rest and WEAKEST.encode() not in rest
+        assert (await client.get("/api/events", headers=ANN)).status == 401
+        signed.close()

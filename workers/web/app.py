@@ -53,6 +53,10 @@ MAX_SUBSCRIBERS = 32
 """Live event streams served at once; one more is refused (503) rather than let a page
 left open in many tabs, or a client that never reads, hold the dashboard's memory."""
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+ACCESS_RECHECK_S = 5.0
+"""How often an open event stream that serves whole records checks its credential again."""
+PING = object()
+"""The event stream's keep-alive, sent after 15 s without a record."""
 REVIEW_CACHE_SECONDS = 2.0
 
 # --------------------------------------------------------------------- web app --
@@ -244,16 +248,26 @@ async def events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     queue = state.subscribe()
+    checked = time.monotonic()
     try:
         await response.write(b"retry: 3000\n: connected\n\n")
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), timeout=15.0)
             except TimeoutError:
-                await response.write(b": ping\n\n")
-                continue
+                item = PING
             if item is None:
                 break
+            if access.full and time.monotonic() - checked >= ACCESS_RECHECK_S:
+                # A stream outlives the request that opened it: within ACCESS_RECHECK_S
+                # of a reviewer's removal from the tokens file it ends here, before its
+                # next record, and the page's reconnect is refused (401).
+                checked = time.monotonic()
+                if isinstance(_access(request), web.Response):
+                    break
+            if item is PING:
+                await response.write(b": ping\n\n")
+                continue
             data = dumps(item.to(access.full))
             await response.write(b"event: decision\ndata: " + data + b"\n\n")
     except ConnectionResetError:
