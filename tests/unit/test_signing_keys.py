@@ -86,16 +86,23 @@ def test_generate_k8s_writes_a_secret_per_stage_and_a_configmap_of_public_keys(
     assert verify_signature(trusted, "concluded", b"k", b"v", headers) == "rules"
 
 
-def test_a_rollover_trusts_every_key_of_a_stage_until_its_file_is_removed(tmp_path: Path) -> None:
+def rollover(tmp_path: Path) -> tuple[Path, Path, list, list]:
+    """A trusted folder holding rules's old key, the folder of its new pair, and a message
+    signed with each key: (trusted folder, new pair's folder, by old, by new)."""
     old, new = tmp_path / "old", tmp_path / "new"
     generate(old, "--stage", "rules")
     generate(new, "--stage", "rules")
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
     (trusted_dir / "rules.pub").write_bytes((old / "rules.pub").read_bytes())
-    (trusted_dir / "rules.2026-12.pub").write_bytes((new / "rules.pub").read_bytes())
     by_old = sign(load_signer(old / "rules.key", "rules"), "concluded", None, b"v")
     by_new = sign(load_signer(new / "rules.key", "rules"), "concluded", None, b"v")
+    return trusted_dir, new, list(by_old), list(by_new)
+
+
+def test_a_rollover_trusts_every_key_of_a_stage_until_its_file_is_removed(tmp_path: Path) -> None:
+    trusted_dir, new, by_old, by_new = rollover(tmp_path)
+    (trusted_dir / "rules.2026-12.pub").write_bytes((new / "rules.pub").read_bytes())
     both = load_trusted(trusted_dir)
     assert len(both.keys["rules"]) == 2
     for headers in (by_old, by_new):
@@ -239,14 +246,7 @@ def test_a_review_record_not_signed_by_review_is_no_verdict_and_audit_names_it(
 def test_a_running_process_trusts_a_key_added_and_refuses_one_removed_without_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    old, new = tmp_path / "old", tmp_path / "new"
-    generate(old, "--stage", "rules")
-    generate(new, "--stage", "rules")
-    trusted_dir = tmp_path / "trusted"
-    trusted_dir.mkdir()
-    (trusted_dir / "rules.pub").write_bytes((old / "rules.pub").read_bytes())
-    by_old = sign(load_signer(old / "rules.key", "rules"), "concluded", None, b"v")
-    by_new = sign(load_signer(new / "rules.key", "rules"), "concluded", None, b"v")
+    trusted_dir, new, by_old, by_new = rollover(tmp_path)
     now = [0.0]
     held = load_trusted(trusted_dir, clock=lambda: now[0])  # read once, at start-up
     with pytest.raises(Unverified):
