@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.encoding.chunks import context_chunks
 from topics.codec import dumps
+from workers.bench import data, ladder, latency
 from workers.bench.data import (
     grounded_candidates,
     retag,
@@ -272,3 +273,26 @@ def test_the_scale_report_says_the_cores_the_rates_and_each_failover():
     assert line.startswith("bench scale: 11.20s (goal <= 15s, and two over one 1.50 >= 1.7")
     assert "NOT met" in line  # the failover met, the scaling not: the run does not meet
     assert "cores 2; 1 replica/s 25.0; kill -9 s 11.2; SIGTERM leaving s 1.4" in line
+
+
+def test_the_latency_pool_takes_ragtruths_accepted_rows_first_then_fills_with_synthetic(
+    tmp_path: Path, monkeypatch
+):
+    # RAGTruth's dev split is not beside a fresh clone: a file in its format stands in,
+    # two rows the shipped policy accepts (built grounded) and one it never does (no
+    # context). Its accepted rows come first, under their own ids; synthetic ones fill up.
+    grounded = grounded_candidates(2, "ragtruth-like", seed=7)
+    rows = [
+        {**{k: c[k] for k in ("question", "context", "response")}, "id": f"ragtruth-{i}"}
+        | {"session_id": f"ragtruth-{i}", "turn": 1, "initiator": "user", "metadata": {}}
+        for i, c in enumerate(grounded)
+    ]
+    rows.append(rows[0] | {"id": "ragtruth-2", "context": None, "response": "Made up."})
+    path = tmp_path / "ragtruth_dev.jsonl"
+    path.write_bytes(b"\n".join(dumps(r) for r in rows) + b"\n")
+    monkeypatch.setattr(ladder, "ragtruth", lambda limit=None: data.ragtruth(limit, path))
+    pool, counts = latency.draw("ragtruth", 4)
+    assert counts == {"ragtruth dev": 2, "synthetic grounded": 2}
+    assert [r["response"] for r in pool[:2]] == [r["response"] for r in rows[:2]]
+    assert all(r["id"].startswith("latency-pool") for r in pool[:2])
+    assert all(r["id"].startswith("latency-grounded") for r in pool[2:])
