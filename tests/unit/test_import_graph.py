@@ -27,11 +27,10 @@ policy's numbers in a fresh interpreter leaves neither in `sys.modules`."""
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from tests.unit.test_import_invariant import fresh_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipeline"
@@ -239,18 +238,9 @@ then the shipped switch's action on it."""
 
 def loaded_after(code: str) -> tuple[set[str], str]:
     """The top-level packages in `sys.modules` after `code` runs in a fresh interpreter, and
-    what it printed before them."""
-    done = subprocess.run(
-        [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    *printed, loaded = done.stdout.strip().splitlines()
-    return {name.split(".")[0] for name in json.loads(loaded)}, "\n".join(printed)
+    what it printed."""
+    printed, modules = fresh_run(code)
+    return {name.split(".")[0] for name in modules}, "\n".join(printed)
 
 
 class TestTheDecisionPath:

@@ -15,8 +15,9 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "faust", "aiokafka")
 KAFKA = ("faust", "aiokafka")
 
 
-def modules_after(statement: str) -> list[str]:
-    """Every module name in `sys.modules` after `statement` runs in a fresh interpreter."""
+def fresh_run(statement: str) -> tuple[list[str], list[str]]:
+    """The lines `statement` prints in a fresh interpreter, and every module name in
+    `sys.modules` after it ran."""
     code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))\n"
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -27,7 +28,13 @@ def modules_after(statement: str) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    *printed, loaded = done.stdout.strip().splitlines()
+    return printed, json.loads(loaded)
+
+
+def modules_after(statement: str) -> list[str]:
+    """Every module name in `sys.modules` after `statement` runs in a fresh interpreter."""
+    return fresh_run(statement)[1]
 
 
 def loaded_after(statement: str, watch: tuple[str, ...]) -> list[str]:
